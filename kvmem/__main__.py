@@ -1,0 +1,5 @@
+"""`python -m kvmem` runs the CLI."""
+
+from kvmem.cli import main
+
+main()

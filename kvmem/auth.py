@@ -1,0 +1,71 @@
+"""Who a request acts for: `local` mode's single user, a user key's owner, or the user a
+service key names in `X-User-Id` (or the OpenAI body's `user`)."""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import Mapping
+
+from kvmem.config import AuthConfig
+from kvmem.credentials import KeyStore
+from kvmem.errors import BadRequest, Forbidden, Unauthorized
+
+LOCAL_USER = "local"
+USER_ID_PATTERN = re.compile(r"[A-Za-z0-9._@-]{1,128}")
+
+
+def check_user_id(user_id: str) -> str:
+    """`user_id` if it is 1-128 characters of `[A-Za-z0-9._@-]`, else `BadRequest`."""
+    if not USER_ID_PATTERN.fullmatch(user_id):
+        raise BadRequest(
+            f"invalid user id {user_id[:140]!r}: use 1-128 characters of A-Z, a-z, 0-9, . _ @ -"
+        )
+    return user_id
+
+
+class Authenticator:
+    """Resolves a request's user from its headers under the configured auth mode."""
+
+    def __init__(self, config: AuthConfig, keys: KeyStore) -> None:
+        self.mode = config.mode
+        self._service_keys = [key.get_secret_value().encode() for key in config.service_keys]
+        self._keys = keys
+
+    @property
+    def needs_lookup(self) -> bool:
+        """Whether identifying a request may read the database (so run it off the loop)."""
+        return self.mode == "keys"
+
+    def identify(self, headers: Mapping[str, str], body_user: str | None = None) -> str:
+        """The user id the request acts for, or the auth error it deserves."""
+        named = headers.get("x-user-id")
+        if self.mode == "local":
+            return LOCAL_USER
+        secret = _bearer(headers.get("authorization"))
+        if self._is_service_key(secret):
+            user_id = named or body_user
+            if not user_id:
+                raise BadRequest("a service key must name the user: send the X-User-Id header")
+            return check_user_id(user_id)
+        owner = self._keys.user_for(secret)
+        if owner is None:
+            raise Unauthorized("the API key is not valid (unknown or revoked)")
+        if named is not None and check_user_id(named) != owner:
+            raise Forbidden("a user key acts only for its own user; drop X-User-Id or use a service key")
+        return owner
+
+    def _is_service_key(self, secret: str) -> bool:
+        candidate = secret.encode("utf-8", "surrogatepass")
+        # Compare against every key, in constant time each, so timing reveals nothing.
+        matches = [hmac.compare_digest(candidate, key) for key in self._service_keys]
+        return any(matches)
+
+
+def _bearer(authorization: str | None) -> str:
+    if not authorization:
+        raise Unauthorized("missing credentials: send Authorization: Bearer <key>")
+    scheme, _, secret = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        raise Unauthorized("expected Authorization: Bearer <key>")
+    return secret.strip()

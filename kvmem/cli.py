@@ -1,0 +1,391 @@
+"""The `kvmem` command: serve, check the config, migrate, edit memory and manage keys.
+
+Only this module knows click. It imports neither litellm nor tiktoken at import time (a test
+checks it), so `kvmem memory list` starts fast; `serve` imports the app when it runs.
+Exit codes: 0 success, 1 a failed operation, 2 bad usage or config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from kvmem.configfile import LoadedConfig, find_config_path, load_config
+from kvmem.errors import BadRequest, ConfigError, KvmemError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_option(command: F) -> F:
+    """`--config PATH` on a command; the nearest one given wins."""
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_remember_config,
+        help="memory.yaml to use (default: $KVMEM_CONFIG, else ./memory.yaml).",
+    )(command)
+
+
+def _remember_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(dict)["config_path"] = value
+
+
+def user_option(command: F) -> F:
+    """`--user U`: whose memory a command works on."""
+    return click.option(
+        "--user",
+        "user_id",
+        default="local",
+        show_default=True,
+        help="The user id (the user of auth.mode: local is 'local').",
+    )(command)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print `message` to stderr and exit with `code`."""
+    click.echo(f"kvmem: {message}", err=True)
+    sys.exit(code)
+
+
+def loaded_config() -> LoadedConfig:
+    """The config named by the nearest `--config`, with its warnings printed to stderr."""
+    ctx = click.get_current_context()
+    explicit = None
+    while ctx is not None:
+        explicit = explicit or (ctx.obj or {}).get("config_path")
+        ctx = ctx.parent
+    try:
+        loaded = load_config(find_config_path(explicit, os.environ))
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    for warning in loaded.warnings:
+        click.echo(f"kvmem: warning: {warning}", err=True)
+    return loaded
+
+
+@contextmanager
+def operation() -> Iterator[None]:
+    """Turn kvmem's errors into a message on stderr and exit code 1 (2 for bad input)."""
+    try:
+        yield
+    except BadRequest as exc:
+        fail(exc.message, 2)
+    except KvmemError as exc:
+        fail(f"{exc.code}: {exc.message}", 1)
+
+
+def print_json(value: Any) -> None:
+    """Print `value` as indented JSON."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def checked_user(user_id: str) -> str:
+    """`user_id` if it is a valid user id, else exit 2."""
+    from kvmem.auth import check_user_id
+
+    with operation():
+        return check_user_id(user_id)
+
+
+def open_database(loaded: LoadedConfig) -> Any:
+    """The configured database, migrated to the newest schema."""
+    from kvmem.db import Database
+    from kvmem.schema import ensure_current
+
+    database = Database.from_config(loaded.config.database)
+    try:
+        ensure_current(database.engine)
+    except Exception as exc:  # any driver or migration failure: report it, masked
+        fail(f"cannot open database {loaded.config.database.masked_url()}: {_reason(exc)}", 2)
+    return database
+
+
+def _reason(exc: Exception) -> str:
+    return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+
+
+def open_store(loaded: LoadedConfig) -> Any:
+    """A `MemoryStore` on the configured database, with the configured rules."""
+    from kvmem.rules import MemoryRules
+    from kvmem.store import MemoryStore
+    from kvmem.tokens import TokenCounter
+
+    rules = MemoryRules.from_config(loaded.config.memory)
+    return MemoryStore(open_database(loaded), rules, TokenCounter())
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@config_option
+@click.version_option(package_name="kvmem")
+def main() -> None:
+    """kvmem: a key/value memory sidecar for LLM chat."""
+
+
+@main.command()
+@config_option
+@click.option("--host", default=None, help="Interface to bind (default: server.host).")
+@click.option("--port", type=int, default=None, help="Port to bind (default: server.port).")
+def serve(host: str | None, port: int | None) -> None:
+    """Run pending migrations, then serve the HTTP API."""
+    loaded = loaded_config()
+    config = loaded.config
+    host = host or config.server.host
+    port = config.server.port if port is None else port
+    if config.auth.mode == "local" and not config.server.is_loopback(host):
+        fail(
+            f"auth.mode is local (no credentials), so kvmem only binds a loopback address; "
+            f"{host!r} is not one. Use 127.0.0.1, or set auth.mode: keys.",
+            2,
+        )
+    database = open_database(loaded)
+
+    import uvicorn
+
+    from kvmem.app import create_app
+
+    uvicorn.run(create_app(config, database=database), host=host, port=port, log_level="info")
+
+
+@main.command()
+@config_option
+def check() -> None:
+    """Validate the config and print the effective settings, secrets masked."""
+    import yaml
+
+    loaded = loaded_config()
+    config = loaded.config
+    settings = config.model_dump(mode="json", by_alias=True)
+    settings["database"]["url"] = config.database.masked_url()
+    click.echo(f"# config: {loaded.path.resolve()}")
+    click.echo(yaml.safe_dump(settings, sort_keys=False, allow_unicode=True).rstrip())
+    on, reason = config.agent_status()
+    click.echo(f"# memory agent: {'on' if on else 'off'} ({reason})")
+
+
+@main.group()
+@config_option
+def db() -> None:
+    """Database migrations."""
+
+
+@db.command("upgrade")
+@config_option
+def db_upgrade() -> None:
+    """Apply pending migrations."""
+    from kvmem.schema import current_revision
+
+    database = open_database(loaded_config())
+    click.echo(f"database at revision {current_revision(database.engine)}")
+
+
+@db.command("current")
+@config_option
+def db_current() -> None:
+    """Print the database's revision and the newest one kvmem ships."""
+    from kvmem.db import Database
+    from kvmem.schema import current_revision, head_revision
+
+    loaded = loaded_config()
+    database = Database.from_config(loaded.config.database)
+    try:
+        current = current_revision(database.engine)
+    except Exception as exc:  # an unreachable database is a usage problem here
+        fail(f"cannot open database {loaded.config.database.masked_url()}: {_reason(exc)}", 2)
+    head = head_revision(database.engine)
+    state = "up to date" if current == head else "pending migrations: run `kvmem db upgrade`"
+    click.echo(f"current: {current or 'none (blank database)'}\nhead: {head}\n{state}")
+
+
+@main.group()
+@config_option
+def memory() -> None:
+    """Read and edit a user's memory entries (same rules as the REST API)."""
+
+
+@memory.command("list")
+@config_option
+@user_option
+def memory_list(user_id: str) -> None:
+    """Print the user's entries (newest first) and usage, as GET /memory does."""
+    from kvmem.usage import memory_overview
+
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    store = open_store(loaded)
+    with operation():
+        print_json(memory_overview(store.snapshot(user_id), loaded.config))
+
+
+@memory.command("get")
+@config_option
+@user_option
+@click.argument("key")
+def memory_get(user_id: str, key: str) -> None:
+    """Print one entry."""
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    store = open_store(loaded)
+    with operation():
+        print_json(store.get(user_id, key).as_json())
+
+
+@memory.command("set")
+@config_option
+@user_option
+@click.argument("key")
+@click.argument("value")
+def memory_set(user_id: str, key: str, value: str) -> None:
+    """Create or replace an entry (VALUE '-' reads standard input)."""
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    if value == "-":
+        value = sys.stdin.read()
+    store = open_store(loaded)
+    with operation():
+        written = store.set(user_id, key, value, "manual")
+        print_json(
+            {
+                "memory": written.entry.as_json(),
+                "total_tokens": written.total_tokens,
+                "token_limit": loaded.config.memory.token_limit,
+            }
+        )
+
+
+@memory.command("delete")
+@config_option
+@user_option
+@click.argument("key")
+def memory_delete(user_id: str, key: str) -> None:
+    """Delete an entry."""
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    store = open_store(loaded)
+    with operation():
+        store.delete(user_id, key)
+    click.echo(f"deleted {key}")
+
+
+@memory.command("clear")
+@config_option
+@user_option
+def memory_clear(user_id: str) -> None:
+    """Delete all of the user's entries."""
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    store = open_store(loaded)
+    with operation():
+        print_json({"deleted": store.clear(user_id)})
+
+
+@memory.command("export")
+@config_option
+@user_option
+@click.argument("file", required=False, type=click.Path(dir_okay=False, allow_dash=True))
+def memory_export(user_id: str, file: str | None) -> None:
+    """Write the user's entries as JSON to FILE (default: standard output)."""
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    store = open_store(loaded)
+    with operation():
+        snapshot = store.snapshot(user_id)
+    document = {"user": user_id, "memories": [entry.as_json() for entry in snapshot.entries]}
+    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    if file in (None, "-"):
+        click.echo(text, nl=False)
+    else:
+        Path(file).write_text(text, encoding="utf-8")
+
+
+@memory.command("import")
+@config_option
+@user_option
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--replace", is_flag=True, help="Delete the user's other entries first.")
+def memory_import(user_id: str, file: str, replace: bool) -> None:
+    """Write entries from a JSON file made by `export` (all or none)."""
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    items = _read_import(file)
+    store = open_store(loaded)
+    with operation():
+        count = store.import_entries(user_id, items, replace=replace)
+    print_json({"imported": count})
+
+
+def _read_import(file: str) -> list[tuple[str, str]]:
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+        document = json.loads(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        fail(f"cannot read {file}: {exc}", 2)
+    entries = document.get("memories") if isinstance(document, dict) else None
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("key"), str) and isinstance(e.get("value"), str)
+        for e in entries
+    ):
+        fail(f'{file}: expected {{"memories": [{{"key": str, "value": str}}, ...]}}', 2)
+    return [(entry["key"], entry["value"]) for entry in entries]
+
+
+@main.group()
+@config_option
+def keys() -> None:
+    """User API keys for auth.mode: keys."""
+
+
+def open_keys(loaded: LoadedConfig) -> Any:
+    """A `KeyStore` on the configured database."""
+    from kvmem.credentials import KeyStore
+
+    return KeyStore(open_database(loaded))
+
+
+@keys.command("create")
+@config_option
+@click.option("--user", "user_id", required=True, help="The user the key acts for.")
+def keys_create(user_id: str) -> None:
+    """Create a key; the key itself is printed once, alone on the last line."""
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    with operation():
+        info, secret = open_keys(loaded).create(user_id)
+    click.echo(f"created {info.id} for user {user_id}; store the key now, it is not shown again:")
+    click.echo(secret)
+
+
+@keys.command("list")
+@config_option
+@click.option("--user", "user_id", default=None, help="Only this user's keys.")
+def keys_list(user_id: str | None) -> None:
+    """List keys: ids and prefixes, never the keys."""
+    loaded = loaded_config()
+    if user_id is not None:
+        user_id = checked_user(user_id)
+    with operation():
+        infos = open_keys(loaded).list(user_id)
+    print_json({"keys": [info.as_json() for info in infos]})
+
+
+@keys.command("revoke")
+@config_option
+@click.argument("key_id")
+@click.option("--user", "user_id", default=None, help="Only if the key is this user's.")
+def keys_revoke(key_id: str, user_id: str | None) -> None:
+    """Revoke a key by its id; it stops working at once."""
+    loaded = loaded_config()
+    with operation():
+        info = open_keys(loaded).revoke(key_id, user_id)
+    click.echo(f"revoked {info.id} of user {info.user_id}")

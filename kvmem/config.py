@@ -1,0 +1,177 @@
+"""The settings kvmem runs with: the sections of memory.yaml as pydantic models.
+
+Field names follow LibreChat's `memory:` block (`validKeys`, `tokenLimit`, ...) so that a
+pasted LibreChat config loads unchanged; kvmem's own sections use snake_case. Secrets are
+`SecretStr`, so they are masked in every repr and in `model_dump(mode="json")`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from sqlalchemy.engine import make_url
+
+KEY_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,127}")
+RESERVED_KEYS = frozenset({"nothing"})
+
+
+class Section(BaseModel):
+    """A config section: unknown fields are errors, values are immutable after loading."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ServerConfig(Section):
+    """Where `kvmem serve` listens and how large a request body may be."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8700, ge=0, le=65535)
+    max_body_bytes: int = Field(1_048_576, gt=0)
+
+    def is_loopback(self, host: str | None = None) -> bool:
+        """Whether `host` (default: the configured one) only accepts local connections."""
+        name = (host or self.host).strip("[]")
+        if name == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(name).is_loopback
+        except ValueError:
+            return False
+
+
+class DatabaseConfig(Section):
+    """The SQLAlchemy URL of the store; SQLite by default, PostgreSQL for several replicas."""
+
+    url: str = "sqlite:///kvmem.db"
+    pool_size: int = Field(5, ge=1)
+    max_overflow: int = Field(10, ge=0)
+
+    @field_validator("url")
+    @classmethod
+    def _parseable(cls, url: str) -> str:
+        make_url(url)
+        return url
+
+    def masked_url(self) -> str:
+        """The URL with its password replaced by `***`."""
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, self.masked_url() if name == "url" else value
+
+
+class AuthConfig(Section):
+    """Who may call kvmem: `local` (one user, loopback only) or `keys` (bearer keys)."""
+
+    mode: Literal["local", "keys"] = "local"
+    service_keys: list[SecretStr] = Field(default_factory=list)
+
+
+class ChatConfig(Section):
+    """The main model that /chat and /v1/chat/completions call through litellm."""
+
+    model: str = "ollama/llama3.1"
+    api_base: str | None = Field(None, validation_alias=AliasChoices("api_base", "baseURL"))
+    api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("api_key", "apiKey"))
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    models: list[str] = Field(default_factory=list)
+    system_prompt: str = "You are a helpful assistant."
+    max_turns: int = Field(10, ge=0)
+    timeout: float = Field(120, gt=0)
+    model_parameters: dict[str, Any] = Field(default_factory=dict)
+
+    def served_models(self) -> list[str]:
+        """The model ids clients may ask for: `model` first, then `models`, no repeats."""
+        return list(dict.fromkeys([self.model, *self.models]))
+
+
+class AgentConfig(Section):
+    """The memory agent: a second, cheap model call that sets and deletes keys."""
+
+    enabled: bool = True
+    provider: str | None = None
+    model: str | None = None
+    instructions: str | None = None
+    model_parameters: dict[str, Any] = Field(default_factory=lambda: {"temperature": 0.4})
+    api_base: str | None = Field(None, validation_alias=AliasChoices("api_base", "baseURL"))
+    api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("api_key", "apiKey"))
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    grace_seconds: float = Field(3, ge=0)
+
+
+class MemoryConfig(Section):
+    """LibreChat's `memory:` block, with the same field names and meaning."""
+
+    disabled: bool = False
+    personalize: bool = True
+    valid_keys: list[str] | None = Field(None, alias="validKeys")
+    token_limit: int | None = Field(None, alias="tokenLimit", ge=0)
+    char_limit: int = Field(10_000, alias="charLimit", gt=0)
+    max_input_tokens: int = Field(12_000, alias="maxInputTokens", gt=0)
+    message_window_size: int = Field(5, alias="messageWindowSize", gt=0)
+    agent: AgentConfig | None = None
+
+    @field_validator("valid_keys")
+    @classmethod
+    def _well_formed_keys(cls, keys: list[str] | None) -> list[str] | None:
+        for key in keys or ():
+            if not KEY_PATTERN.fullmatch(key) or key in RESERVED_KEYS:
+                raise ValueError(
+                    f"{key!r} can never be stored: keys match ^[a-z][a-z0-9_]{{0,127}}$ "
+                    "and are not 'nothing'"
+                )
+        return list(dict.fromkeys(keys)) if keys else None
+
+
+class CustomEndpoint(Section):
+    """A LibreChat `endpoints.custom` entry, which `memory.agent.provider` may name."""
+
+    name: str
+    base_url: str | None = Field(None, validation_alias=AliasChoices("baseURL", "api_base"))
+    api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("apiKey", "api_key"))
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    models: dict[str, Any] = Field(default_factory=dict)
+
+
+class EndpointsConfig(Section):
+    """LibreChat's `endpoints:` section; kvmem reads only its `custom` entries."""
+
+    custom: list[CustomEndpoint] = Field(default_factory=list)
+
+
+class Config(Section):
+    """The whole of memory.yaml as kvmem understands it."""
+
+    server: ServerConfig = ServerConfig()
+    database: DatabaseConfig = DatabaseConfig()
+    auth: AuthConfig = AuthConfig()
+    chat: ChatConfig = ChatConfig()
+    memory: MemoryConfig = MemoryConfig()
+    endpoints: EndpointsConfig = EndpointsConfig()
+
+    def custom_endpoint(self, name: str) -> CustomEndpoint | None:
+        """The custom endpoint called `name` (exactly, else ignoring case), if any."""
+        for match in (lambda e: e.name == name, lambda e: e.name.lower() == name.lower()):
+            for endpoint in self.endpoints.custom:
+                if match(endpoint):
+                    return endpoint
+        return None
+
+    def agent_status(self) -> tuple[bool, str]:
+        """Whether the memory agent runs, and why (for `kvmem check` and the agent gate)."""
+        agent = self.memory.agent
+        if self.memory.disabled:
+            return False, "memory.disabled is true"
+        if agent is None:
+            return False, "memory.agent is not configured"
+        if not agent.enabled:
+            return False, "memory.agent.enabled is false"
+        if not agent.provider or not agent.model:
+            return False, "memory.agent needs both provider and model"
+        endpoint = self.custom_endpoint(agent.provider)
+        via = f"custom endpoint {endpoint.name!r}" if endpoint else f"provider {agent.provider!r}"
+        return True, f"model {agent.model!r} via {via}"

@@ -1,0 +1,232 @@
+"""Reading memory.yaml: find it, drop what kvmem ignores, interpolate `${VAR}`, validate.
+
+Every error is a `ConfigError` whose message names the file, the field's path and what was
+expected; unknown fields get the closest valid name as a suggestion.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.engine import make_url
+
+from kvmem.config import Config, CustomEndpoint
+from kvmem.errors import ConfigError
+
+DEFAULT_PATH = "memory.yaml"
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A validated config, the file it came from and the warnings loading it raised."""
+
+    config: Config
+    path: Path
+    warnings: tuple[str, ...]
+
+
+def find_config_path(explicit: str | None, environ: Mapping[str, str]) -> Path:
+    """`--config PATH`, else `$KVMEM_CONFIG`, else `./memory.yaml`."""
+    return Path(explicit or environ.get("KVMEM_CONFIG") or DEFAULT_PATH)
+
+
+def load_config(path: Path, environ: Mapping[str, str] | None = None) -> LoadedConfig:
+    """Read, interpolate and validate the config file at `path`."""
+    environ = os.environ if environ is None else environ
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror}") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    return parse_config(raw, path, environ)
+
+
+def parse_config(raw: Any, path: Path, environ: Mapping[str, str]) -> LoadedConfig:
+    """Validate an already-parsed YAML document as if it were read from `path`."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+    warnings: list[str] = []
+    data = _drop_ignored(raw, warnings)
+    try:
+        data = interpolate(data, environ)
+    except KeyError as exc:
+        variable, field = exc.args
+        raise ConfigError(
+            f"{path}: {field}: environment variable {variable} is not set "
+            f"(write ${{{variable}:-default}} to give a default)"
+        ) from None
+    _refuse_agent_id(data, path)
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path)) from None
+    config = _resolve_sqlite_path(config, path.parent)
+    return LoadedConfig(config=config, path=path, warnings=tuple(warnings))
+
+
+def interpolate(value: Any, environ: Mapping[str, str], field: str = "") -> Any:
+    """Replace `${VAR}` and `${VAR:-default}` in every string of `value`.
+
+    A missing variable without a default raises `KeyError(variable, field path)`.
+    """
+    if isinstance(value, dict):
+        return {k: interpolate(v, environ, _join(field, k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, environ, f"{field}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def replace(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in environ:
+            return environ[name]
+        if default is not None:
+            return default
+        raise KeyError(name, field)
+
+    return _VARIABLE.sub(replace, value)
+
+
+def _drop_ignored(raw: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """Remove what a pasted librechat.yaml carries that kvmem does not use, with a warning each."""
+    data: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name in Config.model_fields:
+            data[name] = value
+        else:
+            warnings.append(f"ignoring top-level section {name!r} (not used by kvmem)")
+    endpoints = data.get("endpoints")
+    if isinstance(endpoints, dict):
+        for name in [n for n in endpoints if n != "custom"]:
+            warnings.append(f"ignoring endpoints.{name} (kvmem reads only endpoints.custom)")
+            del endpoints[name]
+        custom = endpoints.get("custom")
+        if isinstance(custom, list):
+            endpoints["custom"] = [
+                _drop_custom_extras(entry, f"endpoints.custom[{i}]", warnings)
+                for i, entry in enumerate(custom)
+            ]
+    return data
+
+
+def _drop_custom_extras(entry: Any, field: str, warnings: list[str]) -> Any:
+    if not isinstance(entry, dict):
+        return entry
+    known = _field_names(CustomEndpoint)
+    kept = {}
+    for name, value in entry.items():
+        if name in known:
+            kept[name] = value
+        else:
+            warnings.append(f"ignoring {field}.{name} (a LibreChat field kvmem does not use)")
+    return kept
+
+
+def _refuse_agent_id(data: dict[str, Any], path: Path) -> None:
+    agent = (data.get("memory") or {}).get("agent") if isinstance(data.get("memory"), dict) else None
+    if isinstance(agent, dict) and "id" in agent:
+        raise ConfigError(
+            f"{path}: memory.agent.id: LibreChat's predefined agents do not exist in kvmem; "
+            "expected memory.agent.provider and memory.agent.model instead"
+        )
+
+
+def _resolve_sqlite_path(config: Config, base: Path) -> Config:
+    url = make_url(config.database.url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return config
+    if Path(url.database).is_absolute():
+        return config
+    absolute = url.set(database=str((base / url.database).resolve()))
+    database = config.database.model_copy(
+        update={"url": absolute.render_as_string(hide_password=False)}
+    )
+    return config.model_copy(update={"database": database})
+
+
+def _describe(exc: ValidationError, path: Path) -> str:
+    lines = [f"{path}: invalid config:"]
+    for error in exc.errors():
+        field = _loc(error["loc"])
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+            suggestion = _closest(error["loc"])
+            if suggestion:
+                message += f"; did you mean {suggestion!r}?"
+        else:
+            message = error["msg"]
+            if error["type"] not in ("value_error", "missing"):
+                message += f" (got {error['input']!r})"
+        lines.append(f"  {field}: {message}")
+    return "\n".join(lines)
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text = f"{text}[{part}]" if isinstance(part, int) else _join(text, str(part))
+    return text
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else str(name)
+
+
+def _closest(loc: tuple[Any, ...]) -> str | None:
+    """The valid field name closest to the unknown last element of `loc`."""
+    model: Any = Config
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = _fields_by_name(model).get(part)
+        if field is None:
+            return None
+        model = _model_of(field.annotation)
+        if model is None:
+            return None
+    matches = difflib.get_close_matches(str(loc[-1]), sorted(_field_names(model)), n=1, cutoff=0.5)
+    return matches[0] if matches else None
+
+
+def _fields_by_name(model: type[BaseModel]) -> dict[str, Any]:
+    fields = {}
+    for name, field in model.model_fields.items():
+        for alias in _aliases(name, field):
+            fields[alias] = field
+    return fields
+
+
+def _field_names(model: type[BaseModel]) -> set[str]:
+    return set(_fields_by_name(model))
+
+
+def _aliases(name: str, field: Any) -> list[str]:
+    names = [field.alias or name]
+    choices = getattr(field.validation_alias, "choices", None)
+    if choices:
+        names = [str(choice) for choice in choices]
+    return names
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None

@@ -1,0 +1,135 @@
+"""The database: engine setup, sessions and transactions, and running the migrations.
+
+SQLite runs in WAL mode with a busy timeout, and write transactions start with
+`BEGIN IMMEDIATE`, so that a check-then-write (the `tokenLimit` check) can never interleave
+with another writer. On PostgreSQL the same guarantee comes from a row lock on the user
+(`MemoryStore` takes it through `lock_user`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, insert, select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from kvmem.config import DatabaseConfig
+from kvmem.errors import StoreUnavailable
+from kvmem.models import User, utcnow
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+_WRITE = "kvmem_write"
+
+
+def create_db_engine(config: DatabaseConfig) -> Engine:
+    """An engine for `config.url`, with kvmem's SQLite pragmas and transaction handling."""
+    url = make_url(config.url)
+    if url.get_backend_name() == "sqlite":
+        _prepare_sqlite_folder(url.database)
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "begin", _sqlite_on_begin)
+        return engine
+    return create_engine(
+        url,
+        pool_size=config.pool_size,
+        max_overflow=config.max_overflow,
+        pool_pre_ping=True,
+    )
+
+
+def _prepare_sqlite_folder(database: str | None) -> None:
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # Take transaction control away from the sqlite3 module so that "begin" below decides
+    # between a deferred (read) and an immediate (write) transaction.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    # FULL: an acknowledged write survives a power cut, not only a process crash.
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.close()
+
+
+def _sqlite_on_begin(connection: Any) -> None:
+    write = connection.get_execution_options().get(_WRITE, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+class Database:
+    """Owns the engine; hands out read and write sessions that map driver errors to 503."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self._read = sessionmaker(engine, expire_on_commit=False)
+        self._write = sessionmaker(
+            engine.execution_options(**{_WRITE: True}), expire_on_commit=False
+        )
+
+    @classmethod
+    def from_config(cls, config: DatabaseConfig) -> Database:
+        """A database for the configured URL."""
+        return cls(create_db_engine(config))
+
+    @contextmanager
+    def reading(self) -> Iterator[Session]:
+        """A session for reads only."""
+        with self._translate_errors(), self._read() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def writing(self) -> Iterator[Session]:
+        """A write transaction: committed when the block ends, rolled back if it raises."""
+        with self._translate_errors(), self._write() as session, session.begin():
+            yield session
+
+    def lock_user(self, session: Session, user_id: str) -> None:
+        """Create the user's row if missing and hold it locked until the transaction ends.
+
+        On SQLite the `BEGIN IMMEDIATE` of every write transaction already serializes writers;
+        on PostgreSQL the row lock serializes one user's writers across processes.
+        """
+        values = {"id": user_id, "created_at": utcnow()}
+        if self.dialect == "sqlite":
+            session.execute(sqlite_insert(User).values(values).on_conflict_do_nothing())
+        elif self.dialect == "postgresql":
+            session.execute(pg_insert(User).values(values).on_conflict_do_nothing())
+            session.execute(select(User.id).where(User.id == user_id).with_for_update())
+        elif session.get(User, user_id, with_for_update=True) is None:
+            session.execute(insert(User).values(values))
+
+    @contextmanager
+    def _translate_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except (OperationalError, InterfaceError) as exc:
+            # Unreachable server, locked or read-only file, full disk: the store is down,
+            # not the request wrong.
+            raise StoreUnavailable(f"the memory store is unavailable: {exc.orig}") from exc
+
+    def ping(self) -> bool:
+        """Whether the database answers a trivial query."""
+        try:
+            with self.reading() as session:
+                session.execute(text("SELECT 1"))
+        except StoreUnavailable:
+            return False
+        return True
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+

@@ -1,0 +1,156 @@
+"""The exceptions kvmem raises, each carrying the HTTP status and error code it answers with.
+
+    KvmemError
+    ├── BadRequest                400 bad_request
+    ├── Unauthorized              401 unauthorized
+    ├── Forbidden                 403 forbidden
+    │   ├── MemoryDisabled        403 memory_disabled
+    │   └── PersonalizeDisabled   403 personalize_disabled
+    ├── NotFound                  404 not_found
+    │   └── ModelNotFound         404 model_not_found
+    ├── MethodNotAllowed          405 method_not_allowed
+    ├── MemoryFull                409 memory_full
+    ├── BodyTooLarge              413 body_too_large
+    ├── InvalidMemory             422 (base of the write-rule errors)
+    │   ├── InvalidKey            422 invalid_key
+    │   ├── KeyNotAllowed         422 key_not_allowed
+    │   ├── EmptyValue            422 empty_value
+    │   └── ValueTooLong          422 value_too_long
+    ├── UpstreamError             502 upstream_error
+    ├── StoreUnavailable          503 store_unavailable
+    └── UpstreamTimeout           504 upstream_timeout
+
+    ConfigError                   (not an HTTP error: bad memory.yaml, exit code 2)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class KvmemError(Exception):
+    """Root of every error kvmem reports to a client; renders as the one error body."""
+
+    status: int = 500
+    code: str = "internal_error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def body(self) -> dict[str, Any]:
+        """The error body: `{"error": {"code", "message", ...details}}`."""
+        return {"error": {"code": self.code, "message": self.message, **self.details}}
+
+
+class BadRequest(KvmemError):
+    """The request is malformed: bad JSON, wrong types, a missing or invalid user id."""
+
+    status, code = 400, "bad_request"
+
+
+class Unauthorized(KvmemError):
+    """No credentials, or credentials that match no key."""
+
+    status, code = 401, "unauthorized"
+
+
+class Forbidden(KvmemError):
+    """The credentials are valid but may not do this."""
+
+    status, code = 403, "forbidden"
+
+
+class MemoryDisabled(Forbidden):
+    """`memory.disabled` is true."""
+
+    code = "memory_disabled"
+
+
+class PersonalizeDisabled(Forbidden):
+    """`memory.personalize` is false, so users cannot change their opt-out switch."""
+
+    code = "personalize_disabled"
+
+
+class NotFound(KvmemError):
+    """The thing does not exist for this user (another user's things included)."""
+
+    status, code = 404, "not_found"
+
+
+class ModelNotFound(NotFound):
+    """The requested model id is not one kvmem serves."""
+
+    code = "model_not_found"
+
+
+class MethodNotAllowed(KvmemError):
+    """The route exists but not with this method."""
+
+    status, code = 405, "method_not_allowed"
+
+
+class MemoryFull(KvmemError):
+    """The write would take the user's total tokens above `tokenLimit`."""
+
+    status, code = 409, "memory_full"
+
+
+class BodyTooLarge(KvmemError):
+    """The request body is larger than `server.max_body_bytes`."""
+
+    status, code = 413, "body_too_large"
+
+
+class InvalidMemory(KvmemError):
+    """A key or value breaks one of the write rules."""
+
+    status = 422
+
+
+class InvalidKey(InvalidMemory):
+    """The key is not `^[a-z][a-z0-9_]{0,127}$`, or is `nothing`."""
+
+    code = "invalid_key"
+
+
+class KeyNotAllowed(InvalidMemory):
+    """The key is well formed but not one of `memory.validKeys`."""
+
+    code = "key_not_allowed"
+
+
+class EmptyValue(InvalidMemory):
+    """The value is empty after stripping whitespace."""
+
+    code = "empty_value"
+
+
+class ValueTooLong(InvalidMemory):
+    """The value is longer than `memory.charLimit` characters."""
+
+    code = "value_too_long"
+
+
+class UpstreamError(KvmemError):
+    """The model upstream failed or answered with an error."""
+
+    status, code = 502, "upstream_error"
+
+
+class StoreUnavailable(KvmemError):
+    """The database cannot be reached, read or written."""
+
+    status, code = 503, "store_unavailable"
+
+
+class UpstreamTimeout(KvmemError):
+    """The model upstream did not answer within `chat.timeout`."""
+
+    status, code = 504, "upstream_timeout"
+
+
+class ConfigError(Exception):
+    """memory.yaml cannot be read or is invalid; the message names the file and the field."""

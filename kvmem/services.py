@@ -1,0 +1,47 @@
+"""What handlers work with: the resources the app's lifespan owns, and the request's user."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from kvmem.auth import Authenticator
+from kvmem.config import Config
+from kvmem.credentials import KeyStore
+from kvmem.db import Database
+from kvmem.errors import MemoryDisabled
+from kvmem.store import MemoryStore
+from kvmem.tokens import TokenCounter
+
+
+@dataclass(frozen=True)
+class Services:
+    """The app's long-lived resources, built by `create_app`'s lifespan."""
+
+    config: Config
+    database: Database
+    tokens: TokenCounter
+    store: MemoryStore
+    keys: KeyStore
+    auth: Authenticator
+
+
+def services_of(request: Request) -> Services:
+    """The services handed to this request by the lifespan."""
+    return request.state.services
+
+
+async def user_of(request: Request, body_user: str | None = None) -> str:
+    """The id of the user this request acts for (see `Authenticator.identify`)."""
+    auth = services_of(request).auth
+    if auth.needs_lookup:
+        return await run_in_threadpool(auth.identify, request.headers, body_user)
+    return auth.identify(request.headers, body_user)
+
+
+def require_memory(services: Services) -> None:
+    """Refuse with 403 `memory_disabled` when `memory.disabled` is true."""
+    if services.config.memory.disabled:
+        raise MemoryDisabled("memory is disabled on this server (memory.disabled is true)")

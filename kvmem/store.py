@@ -1,0 +1,241 @@
+"""The memory store: each user's key/value entries and opt-out switch.
+
+Every write applies `MemoryRules` and checks `tokenLimit` inside one transaction that holds
+the user's write lock, so the limit holds under any concurrency. Every query is scoped by
+`user_id`; callers get frozen dataclasses, never a session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from kvmem.db import Database
+from kvmem.errors import MemoryFull, NotFound
+from kvmem.models import MemoryEntry, User, utcnow
+from kvmem.rules import MemoryRules
+from kvmem.tokens import TokenCounter
+
+Source = Literal["manual", "agent", "import"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One stored memory."""
+
+    key: str
+    value: str
+    token_count: int
+    source: str
+    created_at: datetime
+    updated_at: datetime
+
+    def as_json(self) -> dict[str, Any]:
+        """The entry as the API shows it, times in ISO 8601 UTC."""
+        return {
+            "key": self.key,
+            "value": self.value,
+            "token_count": self.token_count,
+            "created_at": iso(self.created_at),
+            "updated_at": iso(self.updated_at),
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """All of a user's entries (oldest `updated_at` first) and their opt-out switch."""
+
+    entries: tuple[Entry, ...]
+    memories_enabled: bool
+
+    @property
+    def total_tokens(self) -> int:
+        """The sum of the entries' token counts."""
+        return sum(entry.token_count for entry in self.entries)
+
+
+@dataclass(frozen=True)
+class Written:
+    """The outcome of a successful `set`."""
+
+    entry: Entry
+    created: bool
+    total_tokens: int
+
+
+def iso(moment: datetime) -> str:
+    """`moment` as ISO 8601 in UTC with a `Z` suffix."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class MemoryStore:
+    """Reads and writes users' memory entries under the configured rules."""
+
+    def __init__(self, database: Database, rules: MemoryRules, tokens: TokenCounter) -> None:
+        self.database = database
+        self.rules = rules
+        self.tokens = tokens
+
+    def snapshot(self, user_id: str) -> Snapshot:
+        """The user's entries, oldest first, and whether they want memory used."""
+        with self.database.reading() as session:
+            rows = session.scalars(
+                select(MemoryEntry)
+                .where(MemoryEntry.user_id == user_id)
+                .order_by(MemoryEntry.updated_at, MemoryEntry.id)
+            ).all()
+            enabled = session.scalar(select(User.memories_enabled).where(User.id == user_id))
+        return Snapshot(
+            entries=tuple(_entry(row) for row in rows),
+            memories_enabled=True if enabled is None else enabled,
+        )
+
+    def get(self, user_id: str, key: str) -> Entry:
+        """The entry at `key`, or `NotFound`."""
+        self.rules.check_key_format(key)
+        with self.database.reading() as session:
+            row = _find(session, user_id, key)
+            if row is None:
+                raise NotFound(f"no memory with key {key!r}")
+            return _entry(row)
+
+    def set(self, user_id: str, key: str, value: str, source: Source = "manual") -> Written:
+        """Create or replace the entry at `key`; `MemoryFull` if it would pass `tokenLimit`."""
+        self.rules.check_key(key)
+        value = self.rules.clean_value(value)
+        tokens = self.tokens.count(value)
+        with self.database.writing() as session:
+            self.database.lock_user(session, user_id)
+            row = _find(session, user_id, key)
+            total = _total(session, user_id)
+            replaced = row.token_count if row else 0
+            self._check_limit(total, tokens, replaced=replaced)
+            row, created = _upsert(session, row, user_id, key, value, tokens, source)
+            new_total = total - replaced + tokens
+            return Written(entry=_entry(row), created=created, total_tokens=new_total)
+
+    def delete(self, user_id: str, key: str) -> Entry:
+        """Remove the entry at `key` and return it, or `NotFound`."""
+        self.rules.check_key_format(key)
+        with self.database.writing() as session:
+            row = _find(session, user_id, key)
+            if row is None:
+                raise NotFound(f"no memory with key {key!r}")
+            entry = _entry(row)
+            session.delete(row)
+            return entry
+
+    def clear(self, user_id: str) -> int:
+        """Remove all of the user's entries; the number removed."""
+        with self.database.writing() as session:
+            result = session.execute(delete(MemoryEntry).where(MemoryEntry.user_id == user_id))
+            return result.rowcount
+
+    def import_entries(
+        self, user_id: str, items: Iterable[tuple[str, str]], *, replace: bool = False
+    ) -> int:
+        """Write many entries at once, all or none; with `replace`, drop the others first."""
+        cleaned: dict[str, str] = {}
+        for key, value in items:
+            cleaned[self.rules.check_key(key)] = self.rules.clean_value(value)
+        counted = {key: (value, self.tokens.count(value)) for key, value in cleaned.items()}
+        with self.database.writing() as session:
+            self.database.lock_user(session, user_id)
+            if replace:
+                session.execute(delete(MemoryEntry).where(MemoryEntry.user_id == user_id))
+            existing = {
+                row.key: row
+                for row in session.scalars(
+                    select(MemoryEntry).where(MemoryEntry.user_id == user_id)
+                )
+            }
+            total = sum(row.token_count for row in existing.values())
+            replaced = sum(existing[k].token_count for k in counted if k in existing)
+            self._check_limit(total, sum(t for _, t in counted.values()), replaced=replaced)
+            for key, (value, tokens) in counted.items():
+                _upsert(session, existing.get(key), user_id, key, value, tokens, "import")
+        return len(counted)
+
+    def memories_enabled(self, user_id: str) -> bool:
+        """The user's opt-out switch (true unless they turned memory off)."""
+        with self.database.reading() as session:
+            enabled = session.scalar(select(User.memories_enabled).where(User.id == user_id))
+        return True if enabled is None else enabled
+
+    def set_memories_enabled(self, user_id: str, enabled: bool) -> bool:
+        """Turn memory on or off for the user's chats."""
+        with self.database.writing() as session:
+            self.database.lock_user(session, user_id)
+            session.execute(
+                update(User).where(User.id == user_id).values(memories_enabled=enabled)
+            )
+        return enabled
+
+    def _check_limit(self, total: int, requested: int, *, replaced: int) -> None:
+        limit = self.rules.token_limit
+        if limit is not None and total - replaced + requested > limit:
+            raise MemoryFull(
+                f"storing {requested} tokens would take memory to {total - replaced + requested} "
+                f"tokens, over the limit of {limit}",
+                token_limit=limit,
+                total_tokens=total,
+                requested_tokens=requested,
+            )
+
+
+def _upsert(
+    session: Session,
+    row: MemoryEntry | None,
+    user_id: str,
+    key: str,
+    value: str,
+    tokens: int,
+    source: Source,
+) -> tuple[MemoryEntry, bool]:
+    """Replace `row` (or add a new one) with the value; the row and whether it is new."""
+    now = utcnow()
+    if row is not None:
+        row.value, row.token_count, row.source, row.updated_at = value, tokens, source, now
+        return row, False
+    row = MemoryEntry(
+        user_id=user_id,
+        key=key,
+        value=value,
+        token_count=tokens,
+        source=source,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(row)
+    return row, True
+
+
+def _find(session: Session, user_id: str, key: str) -> MemoryEntry | None:
+    return session.scalar(
+        select(MemoryEntry).where(MemoryEntry.user_id == user_id, MemoryEntry.key == key)
+    )
+
+
+def _total(session: Session, user_id: str) -> int:
+    return session.scalar(
+        select(func.coalesce(func.sum(MemoryEntry.token_count), 0)).where(
+            MemoryEntry.user_id == user_id
+        )
+    )
+
+
+def _entry(row: MemoryEntry) -> Entry:
+    return Entry(
+        key=row.key,
+        value=row.value,
+        token_count=row.token_count,
+        source=row.source,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )

@@ -1,0 +1,94 @@
+"""Token counts with o200k_base, loaded offline from the encoding file that litellm ships.
+
+tiktoken would download the encoding on first use; kvmem must work without a network, so it
+reads litellm's copy explicitly (checking tiktoken's published hash) and builds the encoding
+itself. Nothing here relies on litellm having been imported first.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported lazily: `kvmem memory list` must not pay for tiktoken
+    import tiktoken
+
+# The published sha256 of o200k_base.tiktoken (tiktoken_ext/openai_public.py).
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+# litellm names its copies by the sha1 of tiktoken's download URL.
+O200K_FILENAME = "fb374d419588a4632f3f557e76b4b70aebbca790"
+# o200k_base's split pattern and special tokens, as in tiktoken_ext/openai_public.py.
+O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+O200K_SPECIAL_TOKENS = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
+
+
+def litellm_encoding_file(filename: str = O200K_FILENAME) -> Path:
+    """The path of an encoding file inside the installed litellm package (not imported)."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("litellm is not installed; kvmem needs its o200k_base encoding file")
+    package = Path(next(iter(spec.submodule_search_locations)))
+    return package / "litellm_core_utils" / "tokenizers" / filename
+
+
+def load_o200k(path: Path | None = None) -> tiktoken.Encoding:
+    """Build the o200k_base encoding from a local `.tiktoken` file, verifying its hash."""
+    import tiktoken
+
+    path = path or litellm_encoding_file()
+    contents = path.read_bytes()
+    if hashlib.sha256(contents).hexdigest() != O200K_SHA256:
+        raise RuntimeError(f"{path} is not the o200k_base encoding (hash mismatch)")
+    ranks = {
+        base64.b64decode(token): int(rank)
+        for token, rank in (line.split() for line in contents.splitlines() if line)
+    }
+    return tiktoken.Encoding(
+        name="o200k_base",
+        pat_str=O200K_PATTERN,
+        mergeable_ranks=ranks,
+        special_tokens=O200K_SPECIAL_TOKENS,
+    )
+
+
+class TokenCounter:
+    """Counts o200k_base tokens; the encoding is loaded once, on first use, thread-safely."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._path = path
+        self._encoding: tiktoken.Encoding | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def encoding(self) -> tiktoken.Encoding:
+        """The loaded encoding."""
+        if self._encoding is None:
+            with self._lock:
+                if self._encoding is None:
+                    self._encoding = load_o200k(self._path)
+        return self._encoding
+
+    def count(self, text: str) -> int:
+        """The number of tokens in `text`; special-token text counts as ordinary text."""
+        return len(self.encoding.encode_ordinary(text))
+
+    def keep_end(self, text: str, max_tokens: int) -> str:
+        """The longest suffix of `text` that is at most `max_tokens` tokens."""
+        tokens = self.encoding.encode_ordinary(text)
+        if len(tokens) <= max_tokens:
+            return text
+        return self.encoding.decode(tokens[len(tokens) - max_tokens :]) if max_tokens else ""

@@ -1,0 +1,1 @@
+"""kvmem's Alembic migrations, installed as the `kvmem.migrations` package."""

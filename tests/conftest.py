@@ -1,0 +1,83 @@
+"""Shared fixtures: each test builds its own small world from a config and a migrated database."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from kvmem.app import create_app  # noqa: E402
+from kvmem.config import Config  # noqa: E402
+from kvmem.db import Database  # noqa: E402
+from kvmem.rules import MemoryRules  # noqa: E402
+from kvmem.schema import upgrade  # noqa: E402
+from kvmem.store import MemoryStore  # noqa: E402
+from kvmem.tokens import TokenCounter  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tokens() -> TokenCounter:
+    """One token counter for the whole run (loading o200k_base takes a moment)."""
+    return TokenCounter()
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    """A fresh SQLite database file for this test."""
+    return f"sqlite:///{tmp_path / 'kvmem.db'}"
+
+
+@pytest.fixture
+def make_config(database_url: str) -> Callable[..., Config]:
+    """Build a Config from section dicts, on this test's database."""
+
+    def make(**sections: Any) -> Config:
+        data = {"database": {"url": database_url}, **sections}
+        return Config.model_validate(data)
+
+    return make
+
+
+@pytest.fixture
+def database(database_url: str) -> Iterator[Database]:
+    """This test's database, migrated to the newest schema."""
+    db = Database.from_config(Config.model_validate({"database": {"url": database_url}}).database)
+    upgrade(db.engine)
+    yield db
+    db.dispose()
+
+
+@pytest.fixture
+def make_store(database: Database, tokens: TokenCounter) -> Callable[..., MemoryStore]:
+    """A MemoryStore on this test's database with the rules of a `memory:` block."""
+
+    def make(**memory: Any) -> MemoryStore:
+        config = Config.model_validate({"memory": memory})
+        return MemoryStore(database, MemoryRules.from_config(config.memory), tokens)
+
+    return make
+
+
+@pytest.fixture
+def make_client(
+    make_config: Callable[..., Config], database: Database, tokens: TokenCounter
+) -> Iterator[Callable[..., TestClient]]:
+    """A started app (lifespan run) for a config built from section dicts."""
+    clients: list[TestClient] = []
+
+    def make(**sections: Any) -> TestClient:
+        app = create_app(make_config(**sections), database=database, tokens=tokens)
+        client = TestClient(app, raise_server_exceptions=False)
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
