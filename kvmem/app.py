@@ -12,12 +12,16 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from kvmem.agent import MemoryAgent
 from kvmem.auth import Authenticator
+from kvmem.chat import MemoryService
 from kvmem.config import Config
+from kvmem.conversations import ConversationStore
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import KvmemError, MethodNotAllowed, NotFound
-from kvmem.routes import health, memory
+from kvmem.provider import LiteLLMClient, agent_target, chat_target
+from kvmem.routes import chat, health, memory
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
 from kvmem.store import MemoryStore
@@ -27,39 +31,58 @@ log = logging.getLogger("kvmem")
 
 
 def build_services(
-    config: Config, *, database: Database | None = None, tokens: TokenCounter | None = None
+    config: Config,
+    *,
+    database: Database | None = None,
+    tokens: TokenCounter | None = None,
+    client: LiteLLMClient | None = None,
 ) -> Services:
-    """The services for `config`; pass `database` or `tokens` to share existing ones."""
+    """The services for `config`; pass `database`, `tokens` or `client` to share existing ones."""
     database = database or Database.from_config(config.database)
     tokens = tokens or TokenCounter()
+    client = client or LiteLLMClient()
     keys = KeyStore(database)
+    store = MemoryStore(database, MemoryRules.from_config(config.memory), tokens)
+    agent = MemoryAgent(config, store, client, agent_target(config))
     return Services(
         config=config,
         database=database,
         tokens=tokens,
-        store=MemoryStore(database, MemoryRules.from_config(config.memory), tokens),
+        store=store,
         keys=keys,
         auth=Authenticator(config.auth, keys),
+        conversations=ConversationStore(database),
+        client=client,
+        chat_target=chat_target(config.chat),
+        agent=agent,
+        memory=MemoryService(config, store, agent),
     )
 
 
 def create_app(
-    config: Config, *, database: Database | None = None, tokens: TokenCounter | None = None
+    config: Config,
+    *,
+    database: Database | None = None,
+    tokens: TokenCounter | None = None,
+    client: LiteLLMClient | None = None,
 ) -> Starlette:
     """The kvmem ASGI app. Resources are created when the lifespan starts, not here."""
     owns_database = database is None
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
-        services = build_services(config, database=database, tokens=tokens)
+        services = build_services(config, database=database, tokens=tokens, client=client)
         try:
             yield {"services": services}
         finally:
+            # Agent runs are cancelled, not awaited to their deadline: shutting down must
+            # not wait on a model, and a write not committed yet is not made.
+            await services.agent.shutdown()
             if owns_database:
                 services.database.dispose()
 
     return Starlette(
-        routes=[*health.routes, *memory.routes],
+        routes=[*health.routes, *memory.routes, *chat.routes],
         lifespan=lifespan,
         exception_handlers={
             KvmemError: render_error,
@@ -72,7 +95,7 @@ def create_app(
 async def render_error(request: Request, exc: Exception) -> Response:
     """The one error body, with the status of the error's class."""
     assert isinstance(exc, KvmemError)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
 async def render_http_exception(request: Request, exc: Exception) -> Response:

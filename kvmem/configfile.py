@@ -92,7 +92,8 @@ def interpolate(value: Any, environ: Mapping[str, str], field: str = "") -> Any:
 
     def replace(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
-        if name in environ:
+        # As in the shell: `${VAR:-default}` uses the default when VAR is unset or empty.
+        if environ.get(name) or (name in environ and default is None):
             return environ[name]
         if default is not None:
             return default
@@ -123,12 +124,17 @@ def _drop_ignored(raw: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     return data
 
 
-def _drop_custom_extras(entry: Any, field: str, warnings: list[str]) -> Any:
+def _drop_custom_extras(
+    entry: Any, field: str, warnings: list[str], known: set[str] | None = None
+) -> Any:
     if not isinstance(entry, dict):
         return entry
-    known = _field_names(CustomEndpoint)
+    known = _field_names(CustomEndpoint) if known is None else known
     kept = {}
     for name, value in entry.items():
+        if name == "models" and isinstance(value, dict):
+            # kvmem never fetches a model list: only `models.default` means something here.
+            value = _drop_custom_extras(value, f"{field}.models", warnings, known={"default"})
         if name in known:
             kept[name] = value
         else:

@@ -16,6 +16,7 @@
     │   ├── KeyNotAllowed         422 key_not_allowed
     │   ├── EmptyValue            422 empty_value
     │   └── ValueTooLong          422 value_too_long
+    ├── UpstreamRateLimited       429 rate_limited (Retry-After passed through)
     ├── UpstreamError             502 upstream_error
     ├── StoreUnavailable          503 store_unavailable
     └── UpstreamTimeout           504 upstream_timeout
@@ -38,6 +39,11 @@ class KvmemError(Exception):
         super().__init__(message)
         self.message = message
         self.details = details
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """HTTP headers the error response carries."""
+        return {}
 
     def body(self) -> dict[str, Any]:
         """The error body: `{"error": {"code", "message", ...details}}`."""
@@ -132,6 +138,20 @@ class ValueTooLong(InvalidMemory):
     """The value is longer than `memory.charLimit` characters."""
 
     code = "value_too_long"
+
+
+class UpstreamRateLimited(KvmemError):
+    """The model upstream answered 429; its `Retry-After` is passed on."""
+
+    status, code = 429, "rate_limited"
+
+    def __init__(self, message: str, retry_after: str | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": self.retry_after} if self.retry_after else {}
 
 
 class UpstreamError(KvmemError):

@@ -7,11 +7,15 @@ from dataclasses import dataclass
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from kvmem.agent import MemoryAgent
 from kvmem.auth import Authenticator
+from kvmem.chat import MemoryService
 from kvmem.config import Config
+from kvmem.conversations import ConversationStore
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import MemoryDisabled
+from kvmem.provider import LiteLLMClient, Target
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 
@@ -26,6 +30,11 @@ class Services:
     store: MemoryStore
     keys: KeyStore
     auth: Authenticator
+    conversations: ConversationStore
+    client: LiteLLMClient
+    chat_target: Target
+    agent: MemoryAgent
+    memory: MemoryService
 
 
 def services_of(request: Request) -> Services:

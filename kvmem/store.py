@@ -7,7 +7,7 @@ the user's write lock, so the limit holds under any concurrency. Every query is 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -105,8 +105,20 @@ class MemoryStore:
                 raise NotFound(f"no memory with key {key!r}")
             return _entry(row)
 
-    def set(self, user_id: str, key: str, value: str, source: Source = "manual") -> Written:
-        """Create or replace the entry at `key`; `MemoryFull` if it would pass `tokenLimit`."""
+    def set(
+        self,
+        user_id: str,
+        key: str,
+        value: str,
+        source: Source = "manual",
+        *,
+        guard: Callable[[], None] | None = None,
+    ) -> Written:
+        """Create or replace the entry at `key`; `MemoryFull` if it would pass `tokenLimit`.
+
+        `guard` runs just before the commit; if it raises, nothing is written (the memory
+        agent uses it so that no write lands after its deadline).
+        """
         self.rules.check_key(key)
         value = self.rules.clean_value(value)
         tokens = self.tokens.count(value)
@@ -118,10 +130,15 @@ class MemoryStore:
             self._check_limit(total, tokens, replaced=replaced)
             row, created = _upsert(session, row, user_id, key, value, tokens, source)
             new_total = total - replaced + tokens
+            session.flush()
+            if guard is not None:
+                guard()
             return Written(entry=_entry(row), created=created, total_tokens=new_total)
 
-    def delete(self, user_id: str, key: str) -> Entry:
-        """Remove the entry at `key` and return it, or `NotFound`."""
+    def delete(
+        self, user_id: str, key: str, *, guard: Callable[[], None] | None = None
+    ) -> Entry:
+        """Remove the entry at `key` and return it, or `NotFound`; `guard` as for `set`."""
         self.rules.check_key_format(key)
         with self.database.writing() as session:
             row = _find(session, user_id, key)
@@ -129,6 +146,9 @@ class MemoryStore:
                 raise NotFound(f"no memory with key {key!r}")
             entry = _entry(row)
             session.delete(row)
+            session.flush()
+            if guard is not None:
+                guard()
             return entry
 
     def clear(self, user_id: str) -> int:

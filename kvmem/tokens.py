@@ -91,4 +91,16 @@ class TokenCounter:
         tokens = self.encoding.encode_ordinary(text)
         if len(tokens) <= max_tokens:
             return text
-        return self.encoding.decode(tokens[len(tokens) - max_tokens :]) if max_tokens else ""
+        if max_tokens <= 0:
+            return ""
+        data = self.encoding.decode_bytes(tokens[len(tokens) - max_tokens :])
+        # A token boundary can fall inside a character: drop that character's trailing bytes
+        # (UTF-8 continuation bytes) rather than decode them to U+FFFD, which is not in `text`.
+        start = 0
+        while start < len(data) and data[start] & 0xC0 == 0x80:
+            start += 1
+        suffix = data[start:].decode("utf-8")
+        # Encoding the suffix on its own may split its first word differently; trim to fit.
+        while suffix and self.count(suffix) > max_tokens:
+            suffix = suffix[1:]
+        return suffix

@@ -81,3 +81,71 @@ def make_client(
     yield make
     for client in clients:
         client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def make_value(tokens: TokenCounter) -> Callable[[int], str]:
+    """A value of exactly `n` o200k_base tokens ("hello hello ...")."""
+
+    def make(n: int) -> str:
+        value = " ".join(["hello"] * n)
+        assert tokens.count(value) == n
+        return value
+
+    return make
+
+
+@pytest.fixture
+def write_config(tmp_path: Path) -> Callable[..., Path]:
+    """Write a memory.yaml (text as given) into this test's folder; returns its path."""
+
+    def write(text: str, name: str = "memory.yaml") -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def upstream() -> Iterator[Any]:
+    """A scripted OpenAI-compatible upstream on 127.0.0.1 (see tests/upstream.py)."""
+    from tests.upstream import ScriptedUpstream
+
+    server = ScriptedUpstream().start()
+    yield server
+    server.stop()
+
+
+MAIN_MODEL = "main-model"
+AGENT_MODEL = "agent-model"
+
+
+@pytest.fixture
+def chat_sections(upstream: Any) -> Callable[..., dict[str, Any]]:
+    """Config sections for a main model and a memory agent, both on the scripted upstream."""
+
+    def make(memory: dict[str, Any] | None = None, agent: dict[str, Any] | None = None,
+             chat: dict[str, Any] | None = None, **sections: Any) -> dict[str, Any]:
+        agent_section = {
+            "provider": "openai",
+            "model": AGENT_MODEL,
+            "api_base": upstream.url,
+            "api_key": "agent-key",
+            "grace_seconds": 3,
+            **(agent or {}),
+        }
+        return {
+            "chat": {
+                "model": f"openai/{MAIN_MODEL}",
+                "api_base": upstream.url,
+                "api_key": "main-key",
+                "timeout": 10,
+                **(chat or {}),
+            },
+            "memory": {"agent": agent_section, **(memory or {})},
+            **sections,
+        }
+
+    return make

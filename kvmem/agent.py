@@ -1,0 +1,361 @@
+"""The memory agent: a second model call beside each chat request that sets and deletes keys.
+
+It knows nothing of HTTP. `MemoryAgent.start` launches one `AgentRun` as an asyncio task
+that the app tracks; the run is cancelled `grace_seconds` after the main response ends, and a
+guard run just before each commit makes sure no write lands after that deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio.to_thread
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from kvmem.config import Config
+from kvmem.errors import (
+    EmptyValue,
+    InvalidKey,
+    KeyNotAllowed,
+    KvmemError,
+    MemoryFull,
+    NotFound,
+    ValueTooLong,
+)
+from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
+from kvmem.provider import LiteLLMClient, Target
+from kvmem.store import Entry, MemoryStore
+
+log = logging.getLogger("kvmem.agent")
+
+AgentState = Literal["disabled", "skipped", "running", "done", "failed", "timeout"]
+MAX_MODEL_CALLS = 2
+MAX_TOOL_CALLS = 16
+
+
+class DeadlinePassed(Exception):
+    """Raised by the commit guard once the agent's deadline has passed."""
+
+
+@dataclass(frozen=True)
+class MemoryUpdate:
+    """One write the agent made."""
+
+    op: Literal["set", "delete"]
+    key: str
+    value: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The update as replies and `memory` events show it."""
+        body: dict[str, Any] = {"op": self.op, "key": self.key}
+        if self.value is not None:
+            body["value"] = self.value
+        return body
+
+
+@dataclass
+class AgentRun:
+    """One run of the agent for one request: its state, its writes and its deadline."""
+
+    state: AgentState
+    updates: list[MemoryUpdate] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+    deadline: float | None = None  # time.monotonic(); None until the main response ends
+    _events: asyncio.Queue[MemoryUpdate] = field(default_factory=asyncio.Queue)
+    _loop: asyncio.AbstractEventLoop | None = None
+    _timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def finished(cls, state: AgentState) -> AgentRun:
+        """A run that never starts (`disabled`, `skipped` or `failed` before it began)."""
+        return cls(state=state)
+
+    def main_ended(self, grace_seconds: float) -> None:
+        """The main response is complete: cancel the run `grace_seconds` from now."""
+        if self.task is None or self.task.done() or self.deadline is not None:
+            return
+        self.deadline = time.monotonic() + grace_seconds
+        assert self._loop is not None
+        self._timer = self._loop.call_later(grace_seconds, self._expire)
+
+    def check_deadline(self) -> None:
+        """The commit guard: raise if the deadline has passed (called from worker threads)."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise DeadlinePassed("the memory agent's deadline has passed")
+
+    def record(self, update: MemoryUpdate) -> None:
+        """Note a committed write (called from the worker thread that committed it)."""
+        self.updates.append(update)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._events.put_nowait, update)
+
+    async def events(self) -> Any:
+        """Writes as they land, until the run ends (for a streamed reply)."""
+        assert self.task is not None
+        while True:
+            getter = asyncio.ensure_future(self._events.get())
+            await asyncio.wait({getter, self.task}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                yield getter.result()
+                continue
+            getter.cancel()
+            while not self._events.empty():
+                yield self._events.get_nowait()
+            return
+
+    def _expire(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+
+class SetMemoryArguments(BaseModel):
+    """The arguments of `set_memory`: nothing else is accepted."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    key: str
+    value: str
+
+
+class DeleteMemoryArguments(BaseModel):
+    """The arguments of `delete_memory`: nothing else is accepted."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    key: str
+
+
+def tool_definitions(valid_keys: Sequence[str] | None) -> list[dict[str, Any]]:
+    """The two tools, in OpenAI's format; the key's description lists `validKeys` when set."""
+    key_description = "The memory key: lowercase letters, digits and _, starting with a letter."
+    if valid_keys:
+        key_description += f" Must be one of: {', '.join(valid_keys)}."
+    key = {"type": "string", "description": key_description}
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": "set_memory",
+                "description": "Save a memory about the user, replacing what the key held.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "key": key,
+                        "value": {"type": "string", "description": "The complete value to store."},
+                    },
+                    "required": ["key", "value"],
+                    "additionalProperties": False,
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "delete_memory",
+                "description": "Forget a memory about the user.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"key": key},
+                    "required": ["key"],
+                    "additionalProperties": False,
+                },
+            },
+        },
+    ]
+
+
+class MemoryAgent:
+    """Decides whether the agent runs, runs it, and keeps track of every run in flight."""
+
+    def __init__(
+        self, config: Config, store: MemoryStore, client: LiteLLMClient, target: Target | None
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.client = client
+        self.target = target
+        self.grace_seconds = config.memory.agent.grace_seconds if config.memory.agent else 0.0
+        self.outcomes: Counter[str] = Counter()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._tools = tool_definitions(config.memory.valid_keys)
+
+    def gate(self, *, temporary: bool, memories_enabled: bool) -> AgentState | None:
+        """Why the agent does not run for this request (`disabled`/`skipped`), or None."""
+        enabled, _ = self.config.agent_status()
+        if not enabled or self.target is None:
+            return "disabled"
+        if temporary or not memories_enabled:
+            return "skipped"
+        return None
+
+    def start(
+        self,
+        user_id: str,
+        conversation_id: str | None,
+        entries: Sequence[Entry],
+        window: Sequence[ChatLine],
+    ) -> AgentRun:
+        """Start a run as a tracked task; it works until done or cancelled at its deadline."""
+        loop = asyncio.get_running_loop()
+        run = AgentRun(state="running", _loop=loop)
+        run.task = loop.create_task(self._run(run, user_id, conversation_id, entries, window))
+        self._tasks.add(run.task)
+        run.task.add_done_callback(self._tasks.discard)
+        return run
+
+    @property
+    def in_flight(self) -> int:
+        """How many runs are working now."""
+        return len(self._tasks)
+
+    async def shutdown(self) -> None:
+        """Cancel every run in flight and wait for them to end."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _run(
+        self,
+        run: AgentRun,
+        user_id: str,
+        conversation_id: str | None,
+        entries: Sequence[Entry],
+        window: Sequence[ChatLine],
+    ) -> None:
+        try:
+            await self._converse(run, user_id, entries, window)
+            run.state = "done"
+        except (asyncio.CancelledError, DeadlinePassed):
+            run.state = "timeout"
+            log.info("memory agent cut off at its deadline: user=%s conversation=%s",
+                     user_id, conversation_id)
+        except Exception as exc:  # the agent must never take the chat down with it
+            run.state = "failed"
+            log.warning("memory agent failed: user=%s conversation=%s: %s",
+                        user_id, conversation_id, exc)
+        finally:
+            self.outcomes[run.state] += 1
+            if run._timer is not None:
+                run._timer.cancel()
+
+    async def _converse(
+        self, run: AgentRun, user_id: str, entries: Sequence[Entry], window: Sequence[ChatLine]
+    ) -> None:
+        assert self.target is not None
+        memory = self.config.memory
+        prompt = await anyio.to_thread.run_sync(
+            render_agent_input,
+            entries,
+            memory.token_limit,
+            memory.valid_keys,
+            window,
+            memory.max_input_tokens,
+            self.store.tokens,
+        )
+        instructions = (memory.agent and memory.agent.instructions) or DEFAULT_AGENT_INSTRUCTIONS
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": instructions},
+            {"role": "user", "content": prompt},
+        ]
+        for _ in range(MAX_MODEL_CALLS):
+            response = await self.client.complete(
+                self.target, messages, user_id, tools=self._tools, tool_choice="auto"
+            )
+            message = response["choices"][0]["message"]
+            calls = message.get("tool_calls") or []
+            if not calls:
+                return
+            results, failed = await self._apply(run, user_id, calls)
+            if not failed:
+                return
+            messages.append(
+                {"role": "assistant", "content": message.get("content"), "tool_calls": calls}
+            )
+            messages += [
+                {"role": "tool", "tool_call_id": call["id"], "content": result}
+                for call, result in zip(calls, results, strict=True)
+            ]
+
+    async def _apply(
+        self, run: AgentRun, user_id: str, calls: list[dict[str, Any]]
+    ) -> tuple[list[str], bool]:
+        """Run each tool call in order; the result strings and whether any failed."""
+        results, failed = [], False
+        if len(calls) > MAX_TOOL_CALLS:
+            log.warning("memory agent asked for %d tool calls; applying the first %d",
+                        len(calls), MAX_TOOL_CALLS)
+            self.outcomes["tool_calls_capped"] += 1
+        for index, call in enumerate(calls):
+            if index >= MAX_TOOL_CALLS:
+                results.append(f"Error: not applied; at most {MAX_TOOL_CALLS} tool calls per turn.")
+                failed = True
+                continue
+            result, ok = await self._call_tool(run, user_id, call.get("function") or {})
+            results.append(result)
+            failed = failed or not ok
+        return results, failed
+
+    async def _call_tool(
+        self, run: AgentRun, user_id: str, function: dict[str, Any]
+    ) -> tuple[str, bool]:
+        name = function.get("name")
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except json.JSONDecodeError as exc:
+            return f"Error: the arguments of {name} are not valid JSON ({exc.msg}).", False
+        try:
+            if name == "set_memory":
+                args = SetMemoryArguments.model_validate(arguments)
+                return await anyio.to_thread.run_sync(
+                    self._set, run, user_id, args, abandon_on_cancel=True
+                ), True
+            if name == "delete_memory":
+                delete = DeleteMemoryArguments.model_validate(arguments)
+                return await anyio.to_thread.run_sync(
+                    self._delete, run, user_id, delete.key, abandon_on_cancel=True
+                ), True
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            return f"Error: invalid arguments for {name}: {problems}.", False
+        except KvmemError as exc:
+            return self._refusal(exc, arguments), False
+        return f'Error: tool "{name}" does not exist. Use set_memory or delete_memory.', False
+
+    def _set(self, run: AgentRun, user_id: str, args: SetMemoryArguments) -> str:
+        written = self.store.set(user_id, args.key, args.value, "agent", guard=run.check_deadline)
+        run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
+        return f'Memory set for key "{written.entry.key}" ({written.entry.token_count} tokens)'
+
+    def _delete(self, run: AgentRun, user_id: str, key: str) -> str:
+        self.store.delete(user_id, key, guard=run.check_deadline)
+        run.record(MemoryUpdate("delete", key))
+        return f'Memory deleted for key "{key}"'
+
+    def _refusal(self, exc: KvmemError, arguments: dict[str, Any]) -> str:
+        """The result string the model sees for a refused write."""
+        key = arguments.get("key")
+        valid_keys = self.config.memory.valid_keys
+        if isinstance(exc, KeyNotAllowed | InvalidKey):
+            if valid_keys:
+                return f'Invalid key "{key}". Must be one of: {", ".join(valid_keys)}'
+            return (f'Invalid key "{key}". Keys are lowercase letters, digits and _, '
+                    "start with a letter, and are at most 128 characters.")
+        if isinstance(exc, MemoryFull):
+            return "Memory storage would exceed limit. Cannot save this memory."
+        if isinstance(exc, EmptyValue):
+            return f'Empty value for key "{key}". Cannot save an empty memory.'
+        if isinstance(exc, ValueTooLong):
+            return (f'Value for key "{key}" is too long ({exc.details["length"]} characters; '
+                    f'the limit is {exc.details["char_limit"]}). Shorten it.')
+        if isinstance(exc, NotFound):
+            return f'No memory with key "{key}". Nothing to delete.'
+        return f"Error: {exc.message}"

@@ -1,0 +1,90 @@
+"""A chat turn's memory side: what to inject into the main request and the agent beside it.
+
+Shared by /chat and /v1/chat/completions. Memory degrades, chat does not: when the store
+cannot be read the request goes on without memory and the agent state is `failed`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from kvmem.agent import AgentRun, MemoryAgent
+from kvmem.config import Config
+from kvmem.errors import StoreUnavailable
+from kvmem.prompts import ChatLine, entries_within, render_memory_block
+from kvmem.store import MemoryStore
+
+log = logging.getLogger("kvmem.chat")
+
+
+@dataclass(frozen=True)
+class TurnMemory:
+    """What memory contributes to one request: the block, the injected keys, the agent run."""
+
+    block: str
+    injected: list[str]
+    run: AgentRun
+
+    def as_json(self) -> dict[str, Any]:
+        """The `memory` object of a /chat reply, as things stand now."""
+        return {
+            "injected": self.injected,
+            "agent": self.run.state,
+            "updates": [update.as_json() for update in self.run.updates],
+        }
+
+
+class MemoryService:
+    """Prepares each request's memory and starts its agent run."""
+
+    def __init__(self, config: Config, store: MemoryStore, agent: MemoryAgent) -> None:
+        self.config = config
+        self.store = store
+        self.agent = agent
+
+    def window(self, messages: Sequence[ChatLine]) -> list[ChatLine]:
+        """The last `messageWindowSize` user/assistant messages, ending at the newest user one."""
+        lines = [m for m in messages if m.role in ("user", "assistant") and m.content]
+        while lines and lines[-1].role != "user":
+            lines.pop()
+        return lines[-self.config.memory.message_window_size :]
+
+    async def begin(
+        self,
+        user_id: str,
+        conversation_id: str | None,
+        messages: Sequence[ChatLine],
+        *,
+        temporary: bool,
+    ) -> TurnMemory:
+        """Read the user's memory, render the block and start the agent (before the main call)."""
+        if self.config.memory.disabled:
+            return TurnMemory("", [], AgentRun.finished("disabled"))
+        if temporary:
+            state = self.agent.gate(temporary=True, memories_enabled=True) or "skipped"
+            return TurnMemory("", [], AgentRun.finished(state))
+        try:
+            snapshot = await run_in_threadpool(self.store.snapshot, user_id)
+        except StoreUnavailable as exc:
+            log.warning("memory unavailable, chatting without it: user=%s: %s", user_id, exc)
+            return TurnMemory("", [], AgentRun.finished("failed"))
+        if not snapshot.memories_enabled:
+            state = self.agent.gate(temporary=False, memories_enabled=False) or "skipped"
+            return TurnMemory("", [], AgentRun.finished(state))
+        entries = entries_within(snapshot.entries, self.config.memory.token_limit)
+        gate = self.agent.gate(temporary=False, memories_enabled=True)
+        window = self.window(messages)
+        if gate is not None or not window:
+            run = AgentRun.finished(gate or "skipped")
+        else:
+            run = self.agent.start(user_id, conversation_id, snapshot.entries, window)
+        return TurnMemory(render_memory_block(entries), [e.key for e in entries], run)
+
+    def main_ended(self, memory: TurnMemory) -> None:
+        """The main response is complete: start the agent's grace period."""
+        memory.run.main_ended(self.agent.grace_seconds)

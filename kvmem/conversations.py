@@ -1,0 +1,175 @@
+"""Stored /chat conversations: their messages survive restarts and are scoped by user.
+
+A turn is stored whole or not at all: the user message and the assistant reply are written in
+one transaction after the upstream answered, so a failed call never leaves half a turn.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select
+
+from kvmem.db import Database
+from kvmem.errors import NotFound
+from kvmem.models import Conversation, Message, utcnow
+from kvmem.store import iso
+
+TITLE_CHARS = 80
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One stored message."""
+
+    role: str
+    content: str
+    created_at: datetime
+
+    def as_json(self) -> dict[str, Any]:
+        """The message as `GET /conversations/{id}` shows it."""
+        return {"role": self.role, "content": self.content, "created_at": iso(self.created_at)}
+
+
+@dataclass(frozen=True)
+class ConversationInfo:
+    """A conversation without its messages."""
+
+    id: str
+    title: str
+    created_at: datetime
+    updated_at: datetime
+    message_count: int
+
+    def as_json(self) -> dict[str, Any]:
+        """The conversation as `GET /conversations` lists it."""
+        return {
+            "id": self.id,
+            "title": self.title,
+            "created_at": iso(self.created_at),
+            "updated_at": iso(self.updated_at),
+            "message_count": self.message_count,
+        }
+
+
+def new_conversation_id() -> str:
+    """A fresh, unguessable conversation id."""
+    return str(uuid.uuid4())
+
+
+def title_for(message: str) -> str:
+    """A conversation's title: its first message, on one line, cut to 80 characters."""
+    line = " ".join(message.split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
+
+
+class ConversationStore:
+    """Creates, reads, extends and deletes a user's conversations."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    def list(self, user_id: str) -> list[ConversationInfo]:
+        """The user's conversations, most recently updated first."""
+        counts = (
+            select(Message.conversation_id, func.count(Message.id).label("n"))
+            .group_by(Message.conversation_id)
+            .subquery()
+        )
+        query = (
+            select(Conversation, func.coalesce(counts.c.n, 0))
+            .outerjoin(counts, counts.c.conversation_id == Conversation.id)
+            .where(Conversation.user_id == user_id)
+            .order_by(Conversation.updated_at.desc(), Conversation.id)
+        )
+        with self.database.reading() as session:
+            return [_info(row, count) for row, count in session.execute(query)]
+
+    def get(self, user_id: str, conversation_id: str) -> tuple[ConversationInfo, list[ChatMessage]]:
+        """A conversation and all its messages; `NotFound` if it is not this user's."""
+        with self.database.reading() as session:
+            row = self._owned(session, user_id, conversation_id)
+            messages = [
+                ChatMessage(m.role, m.content, m.created_at)
+                for m in session.scalars(
+                    select(Message)
+                    .where(Message.conversation_id == conversation_id)
+                    .order_by(Message.id)
+                )
+            ]
+        return _info(row, len(messages)), messages
+
+    def recent(self, user_id: str, conversation_id: str, count: int) -> list[ChatMessage]:
+        """The last `count` messages, oldest first; `NotFound` if the conversation is not owned."""
+        with self.database.reading() as session:
+            self._owned(session, user_id, conversation_id)
+            if count <= 0:
+                return []
+            rows = session.scalars(
+                select(Message)
+                .where(Message.conversation_id == conversation_id)
+                .order_by(Message.id.desc())
+                .limit(count)
+            ).all()
+        return [ChatMessage(m.role, m.content, m.created_at) for m in reversed(rows)]
+
+    def record_turn(
+        self, user_id: str, conversation_id: str, user_text: str, reply: str, *, new: bool
+    ) -> bool:
+        """Store a finished turn (creating the conversation when `new`).
+
+        False if an existing conversation was deleted meanwhile: it is not brought back.
+        """
+        now = utcnow()
+        with self.database.writing() as session:
+            self.database.lock_user(session, user_id)
+            if new:
+                session.add(
+                    Conversation(
+                        id=conversation_id,
+                        user_id=user_id,
+                        title=title_for(user_text),
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+            else:
+                row = session.get(Conversation, conversation_id)
+                if row is None or row.user_id != user_id:
+                    return False
+                row.updated_at = now
+            session.add(
+                Message(conversation_id=conversation_id, role="user", content=user_text, created_at=now)
+            )
+            session.add(
+                Message(conversation_id=conversation_id, role="assistant", content=reply, created_at=now)
+            )
+        return True
+
+    def delete(self, user_id: str, conversation_id: str) -> None:
+        """Delete a conversation and its messages; `NotFound` if it is not this user's."""
+        with self.database.writing() as session:
+            self._owned(session, user_id, conversation_id)
+            session.execute(delete(Message).where(Message.conversation_id == conversation_id))
+            session.execute(delete(Conversation).where(Conversation.id == conversation_id))
+
+    @staticmethod
+    def _owned(session: Any, user_id: str, conversation_id: str) -> Conversation:
+        row = session.get(Conversation, conversation_id)
+        if row is None or row.user_id != user_id:
+            # Another user's conversation is answered exactly like a missing one.
+            raise NotFound(f"no conversation with id {conversation_id!r}")
+        return row
+
+
+def _info(row: Conversation, count: int) -> ConversationInfo:
+    return ConversationInfo(
+        id=row.id,
+        title=row.title,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        message_count=count,
+    )

@@ -1,0 +1,209 @@
+"""`POST /chat` and `/conversations`: stored conversations with memory, streamed or not."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import Field, StrictBool, StrictInt, StrictStr
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from kvmem.bodies import RequestBody, read_model
+from kvmem.chat import TurnMemory
+from kvmem.conversations import new_conversation_id
+from kvmem.errors import BadRequest, KvmemError
+from kvmem.prompts import ChatLine, with_memory
+from kvmem.services import Services, services_of, user_of
+
+log = logging.getLogger("kvmem.chat")
+
+
+class ChatRequest(RequestBody):
+    """`POST /chat`."""
+
+    message: StrictStr
+    conversation_id: StrictStr | None = None
+    max_turns: StrictInt | None = Field(None, ge=0)
+    memory: StrictBool = True
+    stream: StrictBool = False
+
+
+class Turn:
+    """One /chat turn: its request, its conversation, its memory and its upstream messages."""
+
+    def __init__(self, services: Services, user_id: str, body: ChatRequest) -> None:
+        self.services = services
+        self.user_id = user_id
+        self.body = body
+        self.new = body.conversation_id is None
+        self.conversation_id = body.conversation_id or new_conversation_id()
+        self.memory: TurnMemory | None = None
+        self.messages: list[dict[str, str]] = []
+
+    async def prepare(self) -> None:
+        """Load the history (404 if not the user's), start memory, build the upstream request."""
+        config = self.services.config
+        max_turns = config.chat.max_turns if self.body.max_turns is None else self.body.max_turns
+        history = []
+        if not self.new:
+            count = max(2 * max_turns, config.memory.message_window_size)
+            history = await run_in_threadpool(
+                self.services.conversations.recent, self.user_id, self.conversation_id, count
+            )
+        lines = [ChatLine(m.role, m.content) for m in history]
+        lines.append(ChatLine("user", self.body.message))
+        self.memory = await self.services.memory.begin(
+            self.user_id,
+            self.conversation_id,
+            lines,
+            temporary=not self.body.memory,
+        )
+        sent = history[len(history) - 2 * max_turns :] if max_turns else []
+        self.messages = [
+            {"role": "system", "content": with_memory(config.chat.system_prompt, self.memory.block)},
+            *({"role": m.role, "content": m.content} for m in sent),
+            {"role": "user", "content": self.body.message},
+        ]
+
+    def main_ended(self) -> None:
+        """The upstream answered (or failed): the agent's grace period starts."""
+        assert self.memory is not None
+        self.services.memory.main_ended(self.memory)
+
+    async def store(self, reply: str) -> None:
+        """Keep the finished turn (user message and reply together)."""
+        stored = await run_in_threadpool(
+            self.services.conversations.record_turn,
+            self.user_id,
+            self.conversation_id,
+            self.body.message,
+            reply,
+            new=self.new,
+        )
+        if not stored:
+            log.info("conversation %s was deleted during the turn; not stored", self.conversation_id)
+
+    def reply(self, text: str) -> dict[str, Any]:
+        """The /chat reply object."""
+        assert self.memory is not None
+        return {
+            "conversation_id": self.conversation_id,
+            "response": text,
+            "memory": self.memory.as_json(),
+        }
+
+
+async def chat(request: Request) -> Response:
+    services = services_of(request)
+    user_id = await user_of(request)
+    body = await read_model(request, ChatRequest, services.config.server.max_body_bytes)
+    if not body.message.strip():
+        raise BadRequest("message is empty")
+    turn = Turn(services, user_id, body)
+    await turn.prepare()
+    target = services.chat_target
+    if not body.stream:
+        try:
+            response = await services.client.complete(target, turn.messages, user_id)
+        finally:
+            turn.main_ended()
+        text = response["choices"][0]["message"].get("content") or ""
+        await turn.store(text)
+        return JSONResponse(turn.reply(text))
+
+    chunks = services.client.stream(target, turn.messages, user_id)
+    try:
+        first = await _next_text(chunks)
+    except BaseException:
+        turn.main_ended()
+        await chunks.aclose()
+        raise
+    return StreamingResponse(
+        _events(turn, chunks, first),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _next_text(chunks: AsyncIterator[dict[str, Any]]) -> str | None:
+    """The first non-empty content delta, or None if the stream ends without one."""
+    async for chunk in chunks:
+        text = _delta_text(chunk)
+        if text:
+            return text
+    return None
+
+
+def _delta_text(chunk: dict[str, Any]) -> str:
+    choices = chunk.get("choices") or []
+    return (choices[0].get("delta") or {}).get("content") or "" if choices else ""
+
+
+def sse(event: str, data: Any) -> str:
+    """One Server-Sent Event."""
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+async def _events(
+    turn: Turn, chunks: AsyncIterator[dict[str, Any]], first: str | None
+) -> AsyncIterator[str]:
+    parts: list[str] = []
+    try:
+        if first is not None:
+            parts.append(first)
+            yield sse("delta", {"content": first})
+            async for chunk in chunks:
+                text = _delta_text(chunk)
+                if text:
+                    parts.append(text)
+                    yield sse("delta", {"content": text})
+    except KvmemError as exc:
+        yield sse("error", exc.body())
+        return
+    finally:
+        turn.main_ended()
+        await chunks.aclose()
+    await turn.store("".join(parts))
+    assert turn.memory is not None
+    if turn.memory.run.task is not None:
+        async for update in turn.memory.run.events():
+            yield sse("memory", update.as_json())
+    yield sse("done", turn.reply("".join(parts)))
+
+
+async def list_conversations(request: Request) -> Response:
+    services = services_of(request)
+    user_id = await user_of(request)
+    infos = await run_in_threadpool(services.conversations.list, user_id)
+    return JSONResponse({"conversations": [info.as_json() for info in infos]})
+
+
+async def get_conversation(request: Request) -> Response:
+    services = services_of(request)
+    user_id = await user_of(request)
+    info, messages = await run_in_threadpool(
+        services.conversations.get, user_id, request.path_params["conversation_id"]
+    )
+    return JSONResponse({**info.as_json(), "messages": [m.as_json() for m in messages]})
+
+
+async def delete_conversation(request: Request) -> Response:
+    services = services_of(request)
+    user_id = await user_of(request)
+    await run_in_threadpool(
+        services.conversations.delete, user_id, request.path_params["conversation_id"]
+    )
+    return Response(status_code=204)
+
+
+routes = [
+    Route("/chat", chat, methods=["POST"]),
+    Route("/conversations", list_conversations, methods=["GET"]),
+    Route("/conversations/{conversation_id}", get_conversation, methods=["GET"]),
+    Route("/conversations/{conversation_id}", delete_conversation, methods=["DELETE"]),
+]
