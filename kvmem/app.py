@@ -21,7 +21,8 @@ from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import KvmemError, MethodNotAllowed, NotFound
 from kvmem.provider import LiteLLMClient, agent_target, chat_target
-from kvmem.routes import chat, health, memory
+from kvmem.routes import chat, health, memory, openai
+from kvmem.routes.openai import openai_error_body
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
 from kvmem.store import MemoryStore
@@ -82,7 +83,7 @@ def create_app(
                 services.database.dispose()
 
     return Starlette(
-        routes=[*health.routes, *memory.routes, *chat.routes],
+        routes=[*health.routes, *memory.routes, *chat.routes, *openai.routes],
         lifespan=lifespan,
         exception_handlers={
             KvmemError: render_error,
@@ -93,9 +94,10 @@ def create_app(
 
 
 async def render_error(request: Request, exc: Exception) -> Response:
-    """The one error body, with the status of the error's class."""
+    """The one error body, with the status of the error's class (OpenAI's fields under /v1)."""
     assert isinstance(exc, KvmemError)
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    body = openai_error_body(exc) if request.url.path.startswith("/v1/") else exc.body()
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
 async def render_http_exception(request: Request, exc: Exception) -> Response:

@@ -113,7 +113,7 @@ class LiteLLMClient:
             raise UpstreamTimeout(_timeout_message(target)) from exc
         except Exception as exc:  # every litellm failure crosses this one boundary
             raise translate(exc, target) from exc
-        return response.model_dump(exclude_none=True)
+        return openai_shape(response.model_dump(exclude_none=True))
 
     async def stream(
         self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
@@ -126,7 +126,7 @@ class LiteLLMClient:
             raise translate(exc, target) from exc
         try:
             async for chunk in response:
-                yield chunk.model_dump(exclude_none=True)
+                yield openai_shape(chunk.model_dump(exclude_none=True))
         except Exception as exc:
             raise translate(exc, target) from exc
         finally:
@@ -152,6 +152,24 @@ class LiteLLMClient:
         if headers:
             arguments["extra_headers"] = headers
         return arguments
+
+
+# Fields litellm adds to OpenAI's objects; clients of an OpenAI-compatible API never see them.
+LITELLM_FIELDS = ("provider_specific_fields",)
+
+
+def openai_shape(obj: dict[str, Any]) -> dict[str, Any]:
+    """A litellm response or chunk dict with litellm's own extra fields removed."""
+    for name in LITELLM_FIELDS:
+        obj.pop(name, None)
+    for choice in obj.get("choices") or ():
+        for name in LITELLM_FIELDS:
+            choice.pop(name, None)
+        for part in ("message", "delta"):
+            if isinstance(choice.get(part), dict):
+                for name in LITELLM_FIELDS:
+                    choice[part].pop(name, None)
+    return obj
 
 
 def translate(exc: BaseException, target: Target) -> KvmemError:

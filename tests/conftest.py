@@ -149,3 +149,58 @@ def chat_sections(upstream: Any) -> Callable[..., dict[str, Any]]:
         }
 
     return make
+
+
+class LiveServer:
+    """kvmem served by uvicorn on a free 127.0.0.1 port, in a background thread."""
+
+    def __init__(self, app: Any) -> None:
+        import socket
+        import threading
+
+        import uvicorn
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> LiveServer:
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("kvmem did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def make_server(
+    make_config: Callable[..., Config], database: Database, tokens: TokenCounter
+) -> Iterator[Callable[..., LiveServer]]:
+    """A live kvmem server (real sockets) for a config built from section dicts."""
+    servers: list[LiveServer] = []
+
+    def make(**sections: Any) -> LiveServer:
+        app = create_app(make_config(**sections), database=database, tokens=tokens)
+        server = LiveServer(app).start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()

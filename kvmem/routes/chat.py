@@ -63,7 +63,7 @@ class Turn:
             lines,
             temporary=not self.body.memory,
         )
-        sent = history[len(history) - 2 * max_turns :] if max_turns else []
+        sent = history[max(0, len(history) - 2 * max_turns) :] if max_turns else []
         self.messages = [
             {"role": "system", "content": with_memory(config.chat.system_prompt, self.memory.block)},
             *({"role": m.role, "content": m.content} for m in sent),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -83,12 +85,19 @@ async def patch_preferences(request: Request) -> Response:
     return JSONResponse({"memories": enabled})
 
 
+def _route(path: str, **handlers: Callable[[Request], Awaitable[Response]]) -> Route:
+    if "GET" in handlers:
+        handlers.setdefault("HEAD", handlers["GET"])
+
+    async def dispatch(request: Request) -> Response:
+        return await handlers[request.method](request)
+
+    return Route(path, dispatch, methods=list(handlers))
+
+
+# One Route per path: with one per method, Starlette's 405 would name only the first's methods.
 routes = [
-    Route("/memory", list_memories, methods=["GET"]),
-    Route("/memory", clear_memories, methods=["DELETE"]),
-    Route("/memory/{key}", get_memory, methods=["GET"]),
-    Route("/memory/{key}", put_memory, methods=["PUT"]),
-    Route("/memory/{key}", delete_memory, methods=["DELETE"]),
-    Route("/preferences", get_preferences, methods=["GET"]),
-    Route("/preferences", patch_preferences, methods=["PATCH"]),
+    _route("/memory", GET=list_memories, DELETE=clear_memories),
+    _route("/memory/{key}", GET=get_memory, PUT=put_memory, DELETE=delete_memory),
+    _route("/preferences", GET=get_preferences, PATCH=patch_preferences),
 ]
