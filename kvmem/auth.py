@@ -30,6 +30,7 @@ class Authenticator:
     def __init__(self, config: AuthConfig, keys: KeyStore) -> None:
         self.mode = config.mode
         self._service_keys = [key.get_secret_value().encode() for key in config.service_keys]
+        self._user_headers = [name.lower() for name in config.user_id_headers]
         self._keys = keys
 
     @property
@@ -39,15 +40,18 @@ class Authenticator:
 
     def identify(self, headers: Mapping[str, str], body_user: str | None = None) -> str:
         """The user id the request acts for, or the auth error it deserves."""
-        named = headers.get("x-user-id")
         if self.mode == "local":
             return LOCAL_USER
         secret = _bearer(headers.get("authorization"))
         if self._is_service_key(secret):
+            named = next((headers[h] for h in self._user_headers if h in headers), None)
             user_id = named or body_user
             if not user_id:
                 raise BadRequest("a service key must name the user: send the X-User-Id header")
             return check_user_id(user_id)
+        # A user key acts for its owner; only X-User-Id naming someone else is refused (a
+        # front end's forwarded headers, like Open WebUI's, are not a claim of identity).
+        named = headers.get("x-user-id")
         owner = self._keys.user_for(secret)
         if owner is None:
             raise Unauthorized("the API key is not valid (unknown or revoked)")

@@ -69,6 +69,11 @@ class AuthConfig(Section):
 
     mode: Literal["local", "keys"] = "local"
     service_keys: list[SecretStr] = Field(default_factory=list)
+    # Headers a service key may name its user with, first present wins. Open WebUI sends
+    # X-OpenWebUI-User-Id when ENABLE_FORWARD_USER_INFO_HEADERS is on.
+    user_id_headers: list[str] = Field(
+        default_factory=lambda: ["X-User-Id", "X-OpenWebUI-User-Id"], min_length=1
+    )
 
 
 class ChatConfig(Section):

@@ -319,3 +319,21 @@ def test_service_key_uses_the_body_user_and_user_key_ignores_it(make_server, cha
     assert "Bob fact" not in upstream.received(MAIN_MODEL)[1].system
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0).models.list()
+
+
+def test_open_webui_forwarded_user_header_names_the_user(make_server, chat_sections, upstream):
+    server = make_server(**chat_sections(auth={"mode": "keys", "service_keys": ["svc-secret"]}))
+    carol = {"Authorization": "Bearer svc-secret", "X-OpenWebUI-User-Id": "carol-uuid-1"}
+    put = httpx.put(f"{server.url}/memory/learned_facts", json={"value": "Carol fact"}, headers=carol)
+    assert put.status_code == 201
+    body = {"model": MODEL_ID, "messages": user_messages()}
+    response = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=carol)
+    assert response.status_code == 200
+    assert "Carol fact" in upstream.received(MAIN_MODEL)[0].system
+    anonymous = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json=body,
+        headers={"Authorization": "Bearer svc-secret"},
+    )
+    assert anonymous.status_code == 400
+    assert anonymous.json()["error"]["code"] == "bad_request"
