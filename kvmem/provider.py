@@ -180,12 +180,23 @@ def translate(exc: BaseException, target: Target) -> KvmemError:
         return UpstreamTimeout(_timeout_message(target))
     message = _upstream_message(exc)
     if isinstance(exc, litellm.RateLimitError):
-        response = getattr(exc, "response", None)
-        retry_after = response.headers.get("retry-after") if response is not None else None
-        return UpstreamRateLimited(f"the model is rate limited: {message}", retry_after=retry_after)
+        return UpstreamRateLimited(
+            f"the model is rate limited: {message}", retry_after=_retry_after(exc)
+        )
     status = getattr(exc, "status_code", None)
     details = {"upstream_status": status} if isinstance(status, int) else {}
     return UpstreamError(f"the model call failed: {message}", **details)
+
+
+def _retry_after(exc: BaseException) -> str | None:
+    """The upstream's Retry-After: litellm keeps the real headers apart from `response`."""
+    for headers in (
+        getattr(exc, "litellm_response_headers", None),
+        getattr(getattr(exc, "response", None), "headers", None),
+    ):
+        if headers is not None and headers.get("retry-after"):
+            return str(headers.get("retry-after"))
+    return None
 
 
 def _timeout_message(target: Target) -> str:

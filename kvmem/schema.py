@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import inspect, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 import kvmem.migrations
 
@@ -21,21 +21,51 @@ if TYPE_CHECKING:
 HEAD = "0002"
 
 
-def alembic_config(engine: Engine) -> AlembicConfig:
-    """An Alembic config pointing at kvmem's migrations and running on `engine`."""
+# Any constant: the key of the PostgreSQL advisory lock that serializes migrations.
+MIGRATION_LOCK_KEY = 0x6B766D656D  # "kvmem"
+
+
+def alembic_config(engine: Engine, connection: Connection | None = None) -> AlembicConfig:
+    """An Alembic config pointing at kvmem's migrations, on `connection` (else `engine`)."""
     from alembic.config import Config as AlembicConfig
 
     config = AlembicConfig()
     config.set_main_option("script_location", str(Path(kvmem.migrations.__file__).parent))
     config.attributes["engine"] = engine
+    config.attributes["connection"] = connection
     return config
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply every pending migration."""
+    """Apply every pending migration; replicas starting together migrate one at a time.
+
+    On PostgreSQL an advisory lock serializes them; on SQLite the migration runs in a
+    `BEGIN IMMEDIATE` transaction. Either way the second one finds the work done.
+    """
     from alembic import command
 
-    command.upgrade(alembic_config(engine), revision)
+    with engine.execution_options(kvmem_write=True).connect() as connection:
+        if engine.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            connection.commit()
+        try:
+            command.upgrade(alembic_config(engine, connection), revision)
+            connection.commit()
+        finally:
+            if engine.dialect.name == "postgresql":
+                connection.execute(
+                    text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK_KEY}
+                )
+                connection.commit()
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Revert migrations down to `revision` (`base` for a blank database)."""
+    from alembic import command
+
+    with engine.execution_options(kvmem_write=True).connect() as connection:
+        command.downgrade(alembic_config(engine, connection), revision)
+        connection.commit()
 
 
 def ensure_current(engine: Engine) -> None:

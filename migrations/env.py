@@ -1,4 +1,4 @@
-"""Alembic environment: runs migrations on the engine kvmem hands over in `config.attributes`."""
+"""Alembic environment: runs migrations on the connection (or engine) kvmem hands over."""
 
 from logging.config import fileConfig
 
@@ -16,17 +16,28 @@ if config.config_file_name is not None:
 target_metadata = Base.metadata
 
 
+def run_migrations(connection) -> None:
+    """Run the pending migrations on `connection`."""
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
 def run_migrations_online() -> None:
-    """Migrate through kvmem's engine (or one made from sqlalchemy.url)."""
-    engine = config.attributes.get("engine") or create_engine(config.get_main_option("sqlalchemy.url"))
+    """Migrate through kvmem's connection, its engine, or one made from sqlalchemy.url."""
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        run_migrations(connection)
+        return
+    engine = config.attributes.get("engine") or create_engine(
+        config.get_main_option("sqlalchemy.url")
+    )
     with engine.connect() as connection:
-        context.configure(
-            connection=connection,
-            target_metadata=target_metadata,
-            render_as_batch=True,
-        )
-        with context.begin_transaction():
-            context.run_migrations()
+        run_migrations(connection)
 
 
 if context.is_offline_mode():
