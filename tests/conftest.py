@@ -27,10 +27,75 @@ def tokens() -> TokenCounter:
     return TokenCounter()
 
 
+# Set to a PostgreSQL URL (any database of the server; `.ci/run` sets it) to run every
+# database test on PostgreSQL too. A set variable with no server behind it fails the run.
+POSTGRES_ENV = "KVMEM_TEST_POSTGRES_URL"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run each test that touches the database once per backend."""
+    if "backend" in metafunc.fixturenames:
+        backends = ["sqlite"]
+        if os.environ.get(POSTGRES_ENV) and not metafunc.definition.get_closest_marker(
+            "sqlite_only"
+        ):
+            backends.append("postgresql")
+        metafunc.parametrize("backend", backends)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without a PostgreSQL server to test against, PostgreSQL-only tests are deselected."""
+    if os.environ.get(POSTGRES_ENV):
+        return
+    kept = [item for item in items if not item.get_closest_marker("postgres_only")]
+    deselected = [item for item in items if item.get_closest_marker("postgres_only")]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
 @pytest.fixture
-def database_url(tmp_path: Path) -> str:
-    """A fresh SQLite database file for this test."""
-    return f"sqlite:///{tmp_path / 'kvmem.db'}"
+def make_client_for_url(tokens: TokenCounter) -> Iterator[Callable[[str], TestClient]]:
+    """A started app on a database URL of the test's choosing (migrations not run)."""
+    clients: list[TestClient] = []
+
+    def make(url: str) -> TestClient:
+        config = Config.model_validate({"database": {"url": url}})
+        client = TestClient(create_app(config, tokens=tokens), raise_server_exceptions=False)
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this run, migrated, dropped at the end."""
+    from tests.pg import fresh_database
+
+    admin_url = os.environ.get(POSTGRES_ENV)
+    if not admin_url:
+        raise RuntimeError(f"{POSTGRES_ENV} is not set")
+    with fresh_database(admin_url, "kvmem_test") as url:
+        db = Database.from_config(Config.model_validate({"database": {"url": url}}).database)
+        upgrade(db.engine)
+        db.dispose()
+        yield url
+
+
+@pytest.fixture
+def database_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """This test's database: a fresh SQLite file, or the run's PostgreSQL database emptied."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'kvmem.db'}"
+    from tests.pg import empty_tables
+
+    url = request.getfixturevalue("postgres_url")
+    empty_tables(url)
+    return url
 
 
 @pytest.fixture
