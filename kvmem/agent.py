@@ -96,16 +96,28 @@ class AgentRun:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._events.put_nowait, update)
 
+    def landed(self) -> list[MemoryUpdate]:
+        """Writes that landed since they were last taken, without waiting (for a stream)."""
+        updates = []
+        while not self._events.empty():
+            updates.append(self._events.get_nowait())
+        return updates
+
     async def events(self) -> Any:
         """Writes as they land, until the run ends (for a streamed reply)."""
         assert self.task is not None
         while True:
             getter = asyncio.ensure_future(self._events.get())
-            await asyncio.wait({getter, self.task}, return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
+            try:
+                await asyncio.wait({getter, self.task}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                # Also when the stream's reader went away: never leave the getter pending.
+                got = getter.done()
+                if not got:
+                    getter.cancel()
+            if got:
                 yield getter.result()
                 continue
-            getter.cancel()
             while not self._events.empty():
                 yield self._events.get_nowait()
             return

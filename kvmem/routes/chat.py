@@ -153,6 +153,8 @@ async def _events(
     turn: Turn, chunks: AsyncIterator[dict[str, Any]], first: str | None
 ) -> AsyncIterator[str]:
     parts: list[str] = []
+    assert turn.memory is not None
+    run = turn.memory.run
     try:
         if first is not None:
             parts.append(first)
@@ -162,6 +164,9 @@ async def _events(
                 if text:
                     parts.append(text)
                     yield sse("delta", {"content": text})
+                # Agent writes go out as they land, between deltas, not after the last one.
+                for update in run.landed():
+                    yield sse("memory", update.as_json())
     except KvmemError as exc:
         yield sse("error", exc.body())
         return
@@ -169,9 +174,8 @@ async def _events(
         turn.main_ended()
         await chunks.aclose()
     await turn.store("".join(parts))
-    assert turn.memory is not None
-    if turn.memory.run.task is not None:
-        async for update in turn.memory.run.events():
+    if run.task is not None:
+        async for update in run.events():
             yield sse("memory", update.as_json())
     yield sse("done", turn.reply("".join(parts)))
 
