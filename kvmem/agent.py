@@ -60,7 +60,7 @@ class MemoryUpdate:
         return body
 
 
-@dataclass
+@dataclass(eq=False)
 class AgentRun:
     """One run of the agent for one request: its state, its writes and its deadline."""
 
@@ -194,6 +194,7 @@ class MemoryAgent:
         self.grace_seconds = config.memory.agent.grace_seconds if config.memory.agent else 0.0
         self.outcomes: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._runs: set[AgentRun] = set()
         self._tools = tool_definitions(config.memory.valid_keys)
 
     def gate(self, *, temporary: bool, memories_enabled: bool) -> AgentState | None:
@@ -217,7 +218,9 @@ class MemoryAgent:
         run = AgentRun(state="running", _loop=loop)
         run.task = loop.create_task(self._run(run, user_id, conversation_id, entries, window))
         self._tasks.add(run.task)
+        self._runs.add(run)
         run.task.add_done_callback(self._tasks.discard)
+        run.task.add_done_callback(lambda _: self._runs.discard(run))
         return run
 
     @property
@@ -225,9 +228,14 @@ class MemoryAgent:
         """How many runs are working now."""
         return len(self._tasks)
 
-    async def shutdown(self) -> None:
-        """Cancel every run in flight and wait for them to end."""
+    async def shutdown(self, drain_seconds: float = 0.0) -> None:
+        """Let runs in flight end by their deadlines, waiting at most `drain_seconds`; then
+        cancel the rest and wait for them to end."""
+        for run in list(self._runs):
+            run.main_ended(self.grace_seconds)  # a run whose reply never ended gets a deadline
         tasks = list(self._tasks)
+        if tasks and drain_seconds > 0:
+            await asyncio.wait(tasks, timeout=drain_seconds)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

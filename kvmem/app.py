@@ -76,9 +76,10 @@ def create_app(
         try:
             yield {"services": services}
         finally:
-            # Agent runs are cancelled, not awaited to their deadline: shutting down must
-            # not wait on a model, and a write not committed yet is not made.
-            await services.agent.shutdown()
+            # Agent runs may finish until their own deadlines (a memory the user just asked
+            # for still lands during a deploy), never longer than drain_seconds; then the
+            # rest are cancelled, and a write not committed by then is not made.
+            await services.agent.shutdown(config.server.drain_seconds)
             if owns_database:
                 services.database.dispose()
 

@@ -151,11 +151,23 @@ def serve(host: str | None, port: int | None) -> None:
         )
     database = open_database(loaded)
 
+    import signal
+
     import uvicorn
 
     from kvmem.app import create_app
 
-    uvicorn.run(create_app(config, database=database), host=host, port=port, log_level="info")
+    # uvicorn drains on SIGTERM/SIGINT, then re-raises the signal to the handler that was
+    # there before it: with this one, a drained shutdown ends the process with exit code 0.
+    for shutdown_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(shutdown_signal, lambda *_: None)
+    uvicorn.run(
+        create_app(config, database=database),
+        host=host,
+        port=port,
+        log_level="info",
+        timeout_graceful_shutdown=config.server.drain_seconds,
+    )
 
 
 @main.command()

@@ -30,6 +30,9 @@ class ServerConfig(Section):
     host: str = "127.0.0.1"
     port: int = Field(8700, ge=0, le=65535)
     max_body_bytes: int = Field(1_048_576, gt=0)
+    # On SIGTERM: how long in-flight requests (and memory agent runs, up to their own
+    # deadlines) may take to finish before they are cut off.
+    drain_seconds: float = Field(10, ge=0)
 
     def is_loopback(self, host: str | None = None) -> bool:
         """Whether `host` (default: the configured one) only accepts local connections."""

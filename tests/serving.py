@@ -1,0 +1,68 @@
+"""`kvmem serve` as a real subprocess for the tests that need a process: kill, signal, restart."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class ServeProcess:
+    """One `python -m kvmem serve` with a config written from `sections`."""
+
+    def __init__(self, folder: Path, sections: dict[str, Any], name: str = "kvmem") -> None:
+        self.port = free_port()
+        self.config = folder / f"{name}.yaml"
+        self.config.write_text(json.dumps(sections), encoding="utf-8")  # JSON is YAML
+        self.log = folder / f"{name}-{self.port}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60) -> ServeProcess:
+        """Start the server and wait until /healthz answers."""
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "kvmem", "serve", "--config", str(self.config),
+                 "--port", str(self.port)],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise AssertionError(f"kvmem exited {self.process.returncode}: {self.log.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError("kvmem did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Terminate the server (kill it if it does not exit)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -1,0 +1,123 @@
+"""Process failures: kill -9 in the middle of writes loses no acknowledged write; SIGTERM
+drains in-flight streams and agent runs, then exits 0."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import AGENT_MODEL, MAIN_MODEL
+from tests.serving import ServeProcess
+from tests.upstream import Reply
+
+
+@pytest.fixture
+def processes():
+    started: list[ServeProcess] = []
+    yield started
+    for process in started:
+        process.stop()
+
+
+def test_kill_9_mid_writes_loses_no_acknowledged_write(tmp_path, processes):
+    db = tmp_path / "crash.db"
+    sections = {"database": {"url": f"sqlite:///{db}"}, "memory": {"tokenLimit": None}}
+    server = ServeProcess(tmp_path, sections)
+    processes.append(server.start())
+    acknowledged: dict[str, str] = {}
+    stop = threading.Event()
+
+    def writer(worker: int) -> None:
+        with httpx.Client(timeout=5) as client:
+            for n in range(100_000):
+                if stop.is_set():
+                    return
+                key, value = f"w{worker}_k{n % 50}", f"value {worker} {n}"
+                try:
+                    response = client.put(f"{server.url}/memory/{key}", json={"value": value})
+                except httpx.TransportError:
+                    return  # the server died mid-request: not acknowledged
+                if response.status_code in (200, 201):
+                    acknowledged[key] = value
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 20
+    while len(acknowledged) < 100 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server.process.send_signal(signal.SIGKILL)
+    server.process.wait(10)
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    assert len(acknowledged) >= 100
+
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    restarted = ServeProcess(tmp_path, sections, name="restarted")
+    processes.append(restarted.start())
+    stored = {
+        m["key"]: m["value"] for m in httpx.get(f"{restarted.url}/memory").json()["memories"]
+    }
+    # The last value acknowledged for a key is the stored one (a later, unacknowledged write
+    # to the same key may have landed too; it is newer than the acknowledged value).
+    for key, value in acknowledged.items():
+        assert key in stored
+        ack_n = int(value.rsplit(" ", 1)[1])
+        assert int(stored[key].rsplit(" ", 1)[1]) >= ack_n
+
+
+def test_sigterm_drains_a_stream_and_the_agent_then_exits_0(tmp_path, processes, upstream):
+    upstream.script(
+        MAIN_MODEL, Reply(chunks=[f"part{i} " for i in range(10)], chunk_delay=0.15)
+    )
+    upstream.script(
+        AGENT_MODEL,
+        Reply(
+            content=None,
+            delay=0.5,
+            tool_calls=[{"name": "set_memory", "arguments": {"key": "diet", "value": "Vegetarian."}}],
+        ),
+    )
+    sections = {
+        "database": {"url": f"sqlite:///{tmp_path / 'drain.db'}"},
+        "server": {"drain_seconds": 10},
+        "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": "k"},
+        "memory": {
+            "agent": {
+                "provider": "openai",
+                "model": AGENT_MODEL,
+                "api_base": upstream.url,
+                "api_key": "k",
+                "grace_seconds": 3,
+            }
+        },
+    }
+    server = ServeProcess(tmp_path, sections)
+    processes.append(server.start())
+    events: list[str] = []
+    with httpx.stream(
+        "POST", f"{server.url}/chat", json={"message": "Remember I'm vegetarian", "stream": True},
+        timeout=30,
+    ) as response:
+        lines = response.iter_lines()
+        for line in lines:
+            events.append(line)
+            if line.startswith("event: delta"):
+                server.process.send_signal(signal.SIGTERM)
+                break
+        events.extend(lines)
+    assert server.process.wait(20) == 0
+    text = "\n".join(events)
+    assert text.count("event: delta") == 10
+    assert "event: done" in text
+    # The agent's write landed during the drain and is kept.
+    with sqlite3.connect(tmp_path / "drain.db") as connection:
+        rows = connection.execute("SELECT key, value, source FROM memory_entries").fetchall()
+    assert rows == [("diet", "Vegetarian.", "agent")]
