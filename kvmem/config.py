@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 KEY_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,127}")
 RESERVED_KEYS = frozenset({"nothing"})
@@ -55,7 +56,13 @@ class DatabaseConfig(Section):
     @field_validator("url")
     @classmethod
     def _parseable(cls, url: str) -> str:
-        make_url(url)
+        try:
+            make_url(url)
+        except ArgumentError as exc:
+            raise ValueError(
+                "expected a SQLAlchemy database URL such as sqlite:///kvmem.db or "
+                "postgresql+psycopg://user:password@host:5432/kvmem"
+            ) from exc
         return url
 
     def masked_url(self) -> str:

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 from sqlalchemy.engine import make_url
 
-from kvmem.config import Config, CustomEndpoint
+from kvmem.config import Config, CustomEndpoint, DatabaseConfig
 from kvmem.errors import ConfigError
 
 DEFAULT_PATH = "memory.yaml"
@@ -175,7 +175,7 @@ def _describe(exc: ValidationError, path: Path) -> str:
                 message += f"; did you mean {suggestion!r}?"
         else:
             message = error["msg"]
-            if error["type"] not in ("value_error", "missing"):
+            if error["type"] not in ("value_error", "missing") and not _is_secret(error["loc"]):
                 message += f" (got {error['input']!r})"
         lines.append(f"  {field}: {message}")
     return "\n".join(lines)
@@ -206,6 +206,27 @@ def _closest(loc: tuple[Any, ...]) -> str | None:
             return None
     matches = difflib.get_close_matches(str(loc[-1]), sorted(_field_names(model)), n=1, cutoff=0.5)
     return matches[0] if matches else None
+
+
+def _is_secret(loc: tuple[Any, ...]) -> bool:
+    """Whether `loc` is in a secret field (or the database URL), whose value is never echoed."""
+    model: Any = Config
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = _fields_by_name(model).get(part) if model is not None else None
+        if field is None:
+            return False
+        if _mentions_secret(field.annotation) or (model is DatabaseConfig and part == "url"):
+            return True
+        model = _model_of(field.annotation)
+    return False
+
+
+def _mentions_secret(annotation: Any) -> bool:
+    if annotation is SecretStr:
+        return True
+    return any(_mentions_secret(arg) for arg in getattr(annotation, "__args__", ()))
 
 
 def _fields_by_name(model: type[BaseModel]) -> dict[str, Any]:

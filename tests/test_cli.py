@@ -1,0 +1,419 @@
+"""The real `kvmem` command, run as a subprocess on a config file in a temporary folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from kvmem.app import create_app
+from kvmem.configfile import load_config
+from kvmem.credentials import KeyStore
+from kvmem.db import Database
+from kvmem.rules import MemoryRules
+from kvmem.schema import HEAD, ensure_current
+from kvmem.store import MemoryStore
+from kvmem.tokens import TokenCounter
+from tests.matchers import ISO_TIME, entry
+
+INVALID_KEY_MESSAGE = (
+    "invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
+    "starts with a letter, and is not 'nothing'"
+)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one run of `kvmem` did."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run(
+    args: Sequence[str], *, cwd: Path, input: str | None = None, env: dict[str, str] | None = None
+) -> Result:
+    """Run `python -m kvmem ARGS` in `cwd`, without any KVMEM_CONFIG of the caller's."""
+    environ = {k: v for k, v in os.environ.items() if k != "KVMEM_CONFIG"} | (env or {})
+    done = subprocess.run(
+        [sys.executable, "-m", "kvmem", *args],
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
+    )
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+def run_all(commands: list[list[str]], cwd: Path) -> list[Result]:
+    """Run independent commands side by side (each is a whole Python start-up)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda args: run(args, cwd=cwd), commands))
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """The folder the commands run in; memory.yaml here uses ./kv.db."""
+    (tmp_path / "memory.yaml").write_text(
+        "database: {url: 'sqlite:///kv.db'}\n"
+        "memory: {tokenLimit: 20, charLimit: 120, validKeys: [facts, likes, dislikes, job]}\n",
+        encoding="utf-8",
+    )
+    return tmp_path
+
+
+@pytest.fixture
+def kvmem(folder: Path) -> Callable[..., Result]:
+    """`kvmem --config memory.yaml ARGS...`."""
+
+    def call(*args: str, input: str | None = None) -> Result:
+        return run(["--config", "memory.yaml", *args], cwd=folder, input=input)
+
+    return call
+
+
+@pytest.fixture
+def store(folder: Path, tokens: TokenCounter) -> Iterator[MemoryStore]:
+    """The same database and rules in this process: to set up and to check, not to test."""
+    config = load_config(folder / "memory.yaml", environ={}).config
+    database = Database.from_config(config.database)
+    ensure_current(database.engine)
+    yield MemoryStore(database, MemoryRules.from_config(config.memory), tokens)
+    database.dispose()
+
+
+def stored(store: MemoryStore, user: str = "local") -> list[tuple[str, str, str]]:
+    """The user's entries as (key, value, source), oldest first."""
+    return [(e.key, e.value, e.source) for e in store.snapshot(user).entries]
+
+
+def test_memory_set_get_list_delete_clear(kvmem: Callable[..., Result], folder: Path) -> None:
+    created = kvmem("memory", "set", "facts", "  Lives in Lyon  ")
+    assert (created.code, created.stderr) == (0, "")
+    assert created.json() == {"memory": entry("facts", "Lives in Lyon", 3), "total_tokens": 3, "token_limit": 20}
+
+    piped = kvmem("memory", "set", "likes", "-", input="tea\n")
+    assert (piped.code, piped.json()) == (0, {"memory": entry("likes", "tea", 1), "total_tokens": 4, "token_limit": 20})
+
+    got, listing, other_user = run_all(
+        [
+            ["--config", "memory.yaml", "memory", "get", "facts"],
+            ["--config", "memory.yaml", "memory", "list"],
+            ["--config", "memory.yaml", "memory", "list", "--user", "alice"],
+        ],
+        folder,
+    )
+    assert (got.code, got.json()) == (0, created.json()["memory"])
+    assert (listing.code, listing.json()) == (
+        0,
+        {
+            "memories": [piped.json()["memory"], created.json()["memory"]],
+            "total_tokens": 4,
+            "token_limit": 20,
+            "char_limit": 120,
+            "usage_percentage": 20.0,
+            "valid_keys": ["facts", "likes", "dislikes", "job"],
+            "enabled": True,
+        },
+    )
+    assert (other_user.code, other_user.json()["memories"]) == (0, [])
+
+    deleted = kvmem("memory", "delete", "facts")
+    assert (deleted.code, deleted.stdout, deleted.stderr) == (0, "deleted facts\n", "")
+    cleared = kvmem("memory", "clear")
+    assert (cleared.code, cleared.json()) == (0, {"deleted": 1})
+    gone = kvmem("memory", "get", "likes")
+    assert (gone.code, gone.stdout, gone.stderr) == (1, "", "kvmem: not_found: no memory with key 'likes'\n")
+
+
+def test_errors_are_the_rest_errors_with_exit_1(store: MemoryStore, folder: Path) -> None:
+    store.set("local", "facts", " ".join(["hello"] * 18))
+    cases: list[tuple[list[str], int, str]] = [
+        (["memory", "delete", "likes"], 1, "not_found: no memory with key 'likes'"),
+        (["memory", "set", "Bad", "v"], 1, "invalid_key: " + INVALID_KEY_MESSAGE.format(key="Bad")),
+        (["memory", "get", "nothing"], 1, "invalid_key: " + INVALID_KEY_MESSAGE.format(key="nothing")),
+        (
+            ["memory", "set", "hobby", "v"],
+            1,
+            "key_not_allowed: key 'hobby' is not allowed; valid keys: facts, likes, dislikes, job",
+        ),
+        (["memory", "set", "likes", "   "], 1, "empty_value: the value is empty"),
+        (["memory", "set", "likes", "x" * 121], 1, "value_too_long: the value is 121 characters; the limit is 120"),
+        (
+            ["memory", "set", "likes", "hello hello hello"],
+            1,
+            "memory_full: storing 3 tokens would take memory to 21 tokens, over the limit of 20",
+        ),
+        (
+            ["memory", "list", "--user", "bad id"],
+            2,
+            "invalid user id 'bad id': use 1-128 characters of A-Z, a-z, 0-9, . _ @ -",
+        ),
+    ]
+    results = run_all([["--config", "memory.yaml", *args] for args, _, _ in cases], folder)
+    for (args, code, message), result in zip(cases, results, strict=True):
+        assert (result.code, result.stdout, result.stderr) == (code, "", f"kvmem: {message}\n"), args
+    # Nothing was written by the refused commands.
+    assert stored(store) == [("facts", " ".join(["hello"] * 18), "manual")]
+
+
+def test_export_and_import(store: MemoryStore, folder: Path) -> None:
+    store.set("local", "facts", "Lives in Lyon")
+    store.set("local", "likes", "tea")
+
+    to_stdout, to_file = run_all(
+        [
+            ["--config", "memory.yaml", "memory", "export"],
+            ["--config", "memory.yaml", "memory", "export", "backup.json"],
+        ],
+        folder,
+    )
+    assert (to_stdout.code, to_stdout.json()) == (
+        0,
+        {"user": "local", "memories": [entry("facts", "Lives in Lyon", 3), entry("likes", "tea", 1)]},
+    )
+    assert (to_file.code, to_file.stdout) == (0, "")
+    assert json.loads((folder / "backup.json").read_text(encoding="utf-8")) == to_stdout.json()
+
+    # Into another user: every entry, source "import". Into this one: the others stay.
+    (folder / "one.json").write_text(json.dumps({"memories": [{"key": "job", "value": "baker"}]}), encoding="utf-8")
+    to_bob, merged = run_all(
+        [
+            ["--config", "memory.yaml", "memory", "import", "backup.json", "--user", "bob"],
+            ["--config", "memory.yaml", "memory", "import", "one.json"],
+        ],
+        folder,
+    )
+    assert (to_bob.code, to_bob.json(), merged.code, merged.json()) == (0, {"imported": 2}, 0, {"imported": 1})
+    assert stored(store, "bob") == [("facts", "Lives in Lyon", "import"), ("likes", "tea", "import")]
+    assert stored(store) == [
+        ("facts", "Lives in Lyon", "manual"),
+        ("likes", "tea", "manual"),
+        ("job", "baker", "import"),
+    ]
+    # With --replace the other entries go.
+    replaced = run(["--config", "memory.yaml", "memory", "import", "one.json", "--replace"], cwd=folder)
+    assert (replaced.code, replaced.json()) == (0, {"imported": 1})
+    assert stored(store) == [("job", "baker", "import")]
+
+
+def test_import_is_all_or_nothing(store: MemoryStore, folder: Path) -> None:
+    store.set("local", "facts", "Lives in Lyon")
+    documents = {
+        "bad_key.json": [{"key": "likes", "value": "tea"}, {"key": "Bad", "value": "x"}],
+        "too_big.json": [{"key": "likes", "value": "tea"}, {"key": "job", "value": " ".join(["hello"] * 20)}],
+    }
+    for name, memories in documents.items():
+        (folder / name).write_text(json.dumps({"memories": memories}), encoding="utf-8")
+    (folder / "broken.json").write_text("{not json", encoding="utf-8")
+    (folder / "wrong_shape.json").write_text(json.dumps({"memories": [{"key": "likes"}]}), encoding="utf-8")
+
+    commands = [
+        ["memory", "import", "bad_key.json"],
+        ["memory", "import", "too_big.json", "--replace"],
+        ["memory", "import", "broken.json"],
+        ["memory", "import", "wrong_shape.json"],
+    ]
+    results = run_all([["--config", "memory.yaml", *c] for c in commands], folder)
+    assert [(r.code, r.stdout) for r in results] == [(1, ""), (1, ""), (2, ""), (2, "")]
+    assert results[0].stderr == "kvmem: invalid_key: " + INVALID_KEY_MESSAGE.format(key="Bad") + "\n"
+    assert results[1].stderr == (
+        "kvmem: memory_full: storing 21 tokens would take memory to 21 tokens, over the limit of 20\n"
+    )
+    assert results[2].stderr.startswith("kvmem: cannot read broken.json: ")
+    assert results[3].stderr == (
+        'kvmem: wrong_shape.json: expected {"memories": [{"key": str, "value": str}, ...]}\n'
+    )
+    assert stored(store) == [("facts", "Lives in Lyon", "manual")]
+
+
+def test_config_option_is_accepted_everywhere(folder: Path) -> None:
+    elsewhere = folder / "elsewhere"
+    elsewhere.mkdir()
+    # The first run migrates; the others then run side by side.
+    from_env = run(["memory", "list"], cwd=elsewhere, env={"KVMEM_CONFIG": str(folder / "memory.yaml")})
+    assert from_env.code == 0, from_env
+    results = run_all(
+        [
+            ["--config", "../memory.yaml", "memory", "list"],
+            ["memory", "--config", "../memory.yaml", "list"],
+            ["memory", "list", "--config", "../memory.yaml"],
+        ],
+        elsewhere,
+    )
+    assert [(r.code, r.stdout, r.stderr) for r in results] == [(0, from_env.stdout, "")] * 3
+    # The relative database path followed the config file, not the working directory.
+    assert (folder / "kv.db").exists() and not (elsewhere / "kv.db").exists()
+
+
+def test_config_problems_exit_2_naming_the_field(tmp_path: Path) -> None:
+    files = {
+        "typo.yaml": "memory:\n  tokenLimt: 5\n",
+        "unset.yaml": "memory:\n  agent: {provider: openai, model: m, apiKey: '${KVMEM_TEST_UNSET_VAR}'}\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    commands = [
+        ["memory", "list", "--config", "typo.yaml"],
+        ["keys", "list", "--config", "unset.yaml"],
+        ["check", "--config", "missing.yaml"],
+        ["memory", "set", "facts"],  # bad usage: a missing argument
+    ]
+    results = run_all(commands, tmp_path)
+    assert [(r.code, r.stdout) for r in results] == [(2, "")] * len(commands)
+    assert [r.stderr for r in results[:3]] == [
+        "kvmem: typo.yaml: invalid config:\n  memory.tokenLimt: unknown field; did you mean 'tokenLimit'?\n",
+        "kvmem: unset.yaml: memory.agent.apiKey: environment variable KVMEM_TEST_UNSET_VAR is not set "
+        "(write ${KVMEM_TEST_UNSET_VAR:-default} to give a default)\n",
+        "kvmem: missing.yaml: cannot read the config file: No such file or directory\n",
+    ]
+    assert "Error: Missing argument 'VALUE'." in results[3].stderr
+
+
+def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> None:
+    (folder / "keys.yaml").write_text(
+        "database: {url: 'sqlite:///kv.db'}\nauth: {mode: keys}\n", encoding="utf-8"
+    )
+    created = kvmem("keys", "create", "--user", "alice")
+    assert (created.code, created.stderr) == (0, "")
+    lines = created.stdout.splitlines()
+    secret = lines[-1]
+    assert secret.startswith("kvm_") and " " not in secret and len(secret) >= 40
+    assert lines[0].startswith("created key_") and lines[0].endswith(
+        " for user alice; store the key now, it is not shown again:"
+    )
+    key_id = lines[0].split()[1]
+    other = kvmem("keys", "create", "--user", "bob").stdout.splitlines()[-1]
+
+    listed, only_alice = run_all(
+        [
+            ["--config", "memory.yaml", "keys", "list"],
+            ["--config", "memory.yaml", "keys", "list", "--user", "alice"],
+        ],
+        folder,
+    )
+    assert (listed.code, only_alice.code) == (0, 0)
+    for output in (listed.stdout, only_alice.stdout):
+        assert secret not in output and other not in output
+        assert secret[len("kvm_") :] not in output
+    keys = listed.json()["keys"]
+    assert keys == [
+        {"id": key_id, "user_id": "alice", "prefix": secret[:12], "created_at": ISO_TIME, "revoked_at": None},
+        {"id": keys[1]["id"], "user_id": "bob", "prefix": other[:12], "created_at": ISO_TIME, "revoked_at": None},
+    ]
+    assert only_alice.json() == {"keys": keys[:1]}
+
+    # The printed key authenticates against the app, as alice, until it is revoked.
+    config = load_config(folder / "keys.yaml", environ={}).config
+    database = Database.from_config(config.database)
+    try:
+        with TestClient(create_app(config, database=database), raise_server_exceptions=False) as client:
+            headers = {"Authorization": f"Bearer {secret}"}
+            put = client.put("/memory/k", json={"value": "v"}, headers=headers)
+            assert (put.status_code, put.json()["memory"]) == (201, entry("k", "v", 1))
+            assert client.get("/memory/k", headers={**headers, "X-User-Id": "alice"}).status_code == 200
+
+            revoked, unknown = run_all(
+                [
+                    ["--config", "memory.yaml", "keys", "revoke", key_id],
+                    ["--config", "memory.yaml", "keys", "revoke", "key_nope"],
+                ],
+                folder,
+            )
+            assert (revoked.code, revoked.stdout, revoked.stderr) == (0, f"revoked {key_id} of user alice\n", "")
+            assert (unknown.code, unknown.stderr) == (1, "kvmem: not_found: no API key with id 'key_nope'\n")
+            assert client.get("/memory", headers=headers).json() == {
+                "error": {"code": "unauthorized", "message": "the API key is not valid (unknown or revoked)"}
+            }
+            assert client.get("/memory", headers={"Authorization": f"Bearer {other}"}).status_code == 200
+        assert [k.revoked_at is not None for k in KeyStore(database).list()] == [True, False]
+    finally:
+        database.dispose()
+
+
+def test_serve_in_local_mode_refuses_a_public_host(tmp_path: Path) -> None:
+    (tmp_path / "public.yaml").write_text("server: {host: 0.0.0.0}\ndatabase: {url: 'sqlite:///kv.db'}\n")
+    (tmp_path / "local.yaml").write_text("database: {url: 'sqlite:///kv.db'}\n")
+    results = run_all(
+        [
+            ["serve", "--config", "public.yaml"],
+            ["serve", "--config", "local.yaml", "--host", "192.168.1.10", "--port", "0"],
+        ],
+        tmp_path,
+    )
+
+    def message(host: str) -> str:
+        return (
+            f"kvmem: auth.mode is local (no credentials), so kvmem only binds a loopback address; "
+            f"{host!r} is not one. Use 127.0.0.1, or set auth.mode: keys.\n"
+        )
+
+    assert [(r.code, r.stdout, r.stderr) for r in results] == [
+        (2, "", message("0.0.0.0")),
+        (2, "", message("192.168.1.10")),
+    ]
+    assert not (tmp_path / "kv.db").exists()  # refused before touching the database
+
+
+def test_db_current_and_upgrade(tmp_path: Path) -> None:
+    (tmp_path / "memory.yaml").write_text("database: {url: 'sqlite:///data/kv.db'}\n")
+    blank = run(["db", "current", "--config", "memory.yaml"], cwd=tmp_path)
+    assert (blank.code, blank.stdout, blank.stderr) == (
+        0,
+        f"current: none (blank database)\nhead: {HEAD}\npending migrations: run `kvmem db upgrade`\n",
+        "",
+    )
+    upgraded = run(["db", "upgrade", "--config", "memory.yaml"], cwd=tmp_path)
+    assert (upgraded.code, upgraded.stdout) == (0, f"database at revision {HEAD}\n")
+    assert (tmp_path / "data" / "kv.db").is_file()
+    current = run(["db", "current", "--config", "memory.yaml"], cwd=tmp_path)
+    assert (current.code, current.stdout) == (0, f"current: {HEAD}\nhead: {HEAD}\nup to date\n")
+
+
+def test_unreachable_database_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "pg.yaml").write_text("database: {url: 'postgresql+psycopg://kv:hunter2@127.0.0.1:9/kv'}\n")
+    for result in [run(["memory", "list", "--config", "pg.yaml"], cwd=tmp_path)]:
+        assert result.code == 2, result
+        assert result.stderr.startswith("kvmem: cannot open database postgresql+psycopg://kv:***@127.0.0.1:9/kv: ")
+        assert "hunter2" not in result.stderr
+
+
+def test_importing_the_cli_loads_neither_litellm_nor_tiktoken(tmp_path: Path) -> None:
+    """Model: click's tests/test_imports.py, in a fresh interpreter."""
+    code = (
+        "import json, sys\n"
+        "import kvmem.cli\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'litellm', 'tiktoken', 'tiktoken_ext', 'openai', 'httpx', 'starlette', 'uvicorn'})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout) == []
+
+
+def test_memory_list_loads_neither_litellm_nor_tiktoken(folder: Path) -> None:
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in {'litellm', 'tiktoken'})))\n"
+        "from kvmem.cli import main\n"
+        "main(['--config', 'memory.yaml', 'memory', 'list'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=folder, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines()[-1] == "[]"
