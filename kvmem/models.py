@@ -68,6 +68,9 @@ class User(Base):
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     memories_enabled: Mapped[bool] = mapped_column(Boolean, server_default=true())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # Bumped in the same transaction as every change to the user's entries, so a reader
+    # that sees an unchanged version may reuse the entries it read before.
+    memory_version: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class MemoryEntry(Base):

@@ -7,12 +7,14 @@ the user's write lock, so the limit holds under any concurrency. Every query is 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from kvmem.db import Database
@@ -69,6 +71,56 @@ class Written:
     total_tokens: int
 
 
+_SNAPSHOT = (
+    select(
+        MemoryEntry.key,
+        MemoryEntry.value,
+        MemoryEntry.token_count,
+        MemoryEntry.source,
+        MemoryEntry.created_at,
+        MemoryEntry.updated_at,
+    )
+    .where(MemoryEntry.user_id == bindparam("user_id"))
+    .order_by(MemoryEntry.updated_at, MemoryEntry.id)
+)
+
+
+_USER_STATE = select(User.memories_enabled, User.memory_version).where(
+    User.id == bindparam("user_id")
+)
+_BUMP = (
+    update(User)
+    .where(User.id == bindparam("user_id"))
+    .values(memory_version=User.memory_version + 1)
+)
+
+
+class EntryCache:
+    """The last entries read per user, tagged with the user's memory version (bounded LRU)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._items: OrderedDict[str, tuple[int, tuple[Entry, ...]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, user_id: str, version: int) -> tuple[Entry, ...] | None:
+        """The cached entries if they were read at `version`."""
+        with self._lock:
+            item = self._items.get(user_id)
+            if item is None or item[0] != version:
+                return None
+            self._items.move_to_end(user_id)
+            return item[1]
+
+    def put(self, user_id: str, version: int, entries: tuple[Entry, ...]) -> None:
+        """Remember the entries read at `version`."""
+        with self._lock:
+            self._items[user_id] = (version, entries)
+            self._items.move_to_end(user_id)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
 def iso(moment: datetime) -> str:
     """`moment` as ISO 8601 in UTC with a `Z` suffix."""
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -81,20 +133,24 @@ class MemoryStore:
         self.database = database
         self.rules = rules
         self.tokens = tokens
+        self._cache = EntryCache()
 
     def snapshot(self, user_id: str) -> Snapshot:
         """The user's entries, oldest first, and whether they want memory used."""
+        # This read is on every chat request's path: one small row tells whether the entries
+        # read before are still current; only when they are not are they read again (as
+        # plain column rows, not ORM objects).
         with self.database.reading() as session:
-            rows = session.scalars(
-                select(MemoryEntry)
-                .where(MemoryEntry.user_id == user_id)
-                .order_by(MemoryEntry.updated_at, MemoryEntry.id)
-            ).all()
-            enabled = session.scalar(select(User.memories_enabled).where(User.id == user_id))
-        return Snapshot(
-            entries=tuple(_entry(row) for row in rows),
-            memories_enabled=True if enabled is None else enabled,
-        )
+            connection = session.connection()
+            user = connection.execute(_USER_STATE, {"user_id": user_id}).first()
+            if user is None:  # no row, no entries (they reference it)
+                return Snapshot(entries=(), memories_enabled=True)
+            entries = self._cache.get(user_id, user.memory_version)
+            if entries is None:
+                rows = connection.execute(_SNAPSHOT, {"user_id": user_id}).all()
+                entries = tuple(Entry(*row) for row in rows)
+                self._cache.put(user_id, user.memory_version, entries)
+        return Snapshot(entries=entries, memories_enabled=user.memories_enabled)
 
     def get(self, user_id: str, key: str) -> Entry:
         """The entry at `key`, or `NotFound`."""
@@ -130,6 +186,7 @@ class MemoryStore:
             self._check_limit(total, tokens, replaced=replaced)
             row, created = _upsert(session, row, user_id, key, value, tokens, source)
             new_total = total - replaced + tokens
+            session.execute(_BUMP, {"user_id": user_id})
             session.flush()
             if guard is not None:
                 guard()
@@ -146,6 +203,7 @@ class MemoryStore:
                 raise NotFound(f"no memory with key {key!r}")
             entry = _entry(row)
             session.delete(row)
+            session.execute(_BUMP, {"user_id": user_id})
             session.flush()
             if guard is not None:
                 guard()
@@ -155,6 +213,7 @@ class MemoryStore:
         """Remove all of the user's entries; the number removed."""
         with self.database.writing() as session:
             result = session.execute(delete(MemoryEntry).where(MemoryEntry.user_id == user_id))
+            session.execute(_BUMP, {"user_id": user_id})
             return result.rowcount
 
     def import_entries(
@@ -180,6 +239,7 @@ class MemoryStore:
             self._check_limit(total, sum(t for _, t in counted.values()), replaced=replaced)
             for key, (value, tokens) in counted.items():
                 _upsert(session, existing.get(key), user_id, key, value, tokens, "import")
+            session.execute(_BUMP, {"user_id": user_id})
         return len(counted)
 
     def memories_enabled(self, user_id: str) -> bool:

@@ -63,6 +63,7 @@ def test_upgrade_to_head_creates_the_memory_tables(engine: Engine) -> None:
         ("id", "VARCHAR(128)", False, None),
         ("memories_enabled", "BOOLEAN", False, "1"),
         ("created_at", "DATETIME", False, None),
+        ("memory_version", "INTEGER", False, "'0'"),
     ]
     assert inspector.get_pk_constraint("users") == {"constrained_columns": ["id"], "name": "pk_users"}
 

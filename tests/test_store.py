@@ -487,3 +487,19 @@ def test_concurrent_mixed_sets_and_replacements_stay_consistent(
         details = exc.details
         assert details["token_limit"] == 60
         assert details["total_tokens"] + details["requested_tokens"] > 60
+
+
+def test_snapshot_sees_writes_made_by_another_store_on_the_same_database(make_store) -> None:
+    """Each store caches entries by the user's memory version; another process's write (here:
+    another store object) bumps the version, so no reader serves stale entries."""
+    reader, writer = make_store(), make_store()
+    writer.set("alice", "likes", "tea")
+    assert [(e.key, e.value) for e in reader.snapshot("alice").entries] == [("likes", "tea")]
+    writer.set("alice", "likes", "coffee")
+    assert [(e.key, e.value) for e in reader.snapshot("alice").entries] == [("likes", "coffee")]
+    writer.import_entries("alice", [("diet", "vegan")])
+    assert [e.key for e in reader.snapshot("alice").entries] == ["likes", "diet"]
+    writer.delete("alice", "likes")
+    assert [e.key for e in reader.snapshot("alice").entries] == ["diet"]
+    writer.clear("alice")
+    assert reader.snapshot("alice").entries == ()
