@@ -80,6 +80,7 @@ def create_app(
             # for still lands during a deploy), never longer than drain_seconds; then the
             # rest are cancelled, and a write not committed by then is not made.
             await services.agent.shutdown(config.server.drain_seconds)
+            await services.client.aclose()
             if owns_database:
                 services.database.dispose()
 

@@ -17,7 +17,7 @@ from kvmem.agent import AgentRun, MemoryAgent
 from kvmem.config import Config
 from kvmem.errors import StoreUnavailable
 from kvmem.prompts import ChatLine, entries_within, render_memory_block
-from kvmem.store import MemoryStore
+from kvmem.store import Entry, MemoryStore, Snapshot
 
 log = logging.getLogger("kvmem.chat")
 
@@ -69,21 +69,28 @@ class MemoryService:
             state = self.agent.gate(temporary=True, memories_enabled=True) or "skipped"
             return TurnMemory("", [], AgentRun.finished(state))
         try:
-            snapshot = await run_in_threadpool(self.store.snapshot, user_id)
+            snapshot, entries, block = await run_in_threadpool(self._read, user_id)
         except StoreUnavailable as exc:
             log.warning("memory unavailable, chatting without it: user=%s: %s", user_id, exc)
             return TurnMemory("", [], AgentRun.finished("failed"))
         if not snapshot.memories_enabled:
             state = self.agent.gate(temporary=False, memories_enabled=False) or "skipped"
             return TurnMemory("", [], AgentRun.finished(state))
-        entries = entries_within(snapshot.entries, self.config.memory.token_limit)
         gate = self.agent.gate(temporary=False, memories_enabled=True)
         window = self.window(messages)
         if gate is not None or not window:
             run = AgentRun.finished(gate or "skipped")
         else:
             run = self.agent.start(user_id, conversation_id, snapshot.entries, window)
-        return TurnMemory(render_memory_block(entries), [e.key for e in entries], run)
+        return TurnMemory(block, [e.key for e in entries], run)
+
+    def _read(self, user_id: str) -> tuple[Snapshot, list[Entry], str]:
+        """Read the user's memory and render its block (one trip off the event loop)."""
+        snapshot = self.store.snapshot(user_id)
+        if not snapshot.memories_enabled:
+            return snapshot, [], ""
+        entries = entries_within(snapshot.entries, self.config.memory.token_limit)
+        return snapshot, entries, render_memory_block(entries)
 
     def main_ended(self, memory: TurnMemory) -> None:
         """The main response is complete: start the agent's grace period."""

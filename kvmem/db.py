@@ -8,8 +8,9 @@ with another writer. On PostgreSQL the same guarantee comes from a row lock on t
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,9 @@ class Database:
         self._write = sessionmaker(
             engine.execution_options(**{_WRITE: True}), expire_on_commit=False
         )
+        self._writer_lock: AbstractContextManager[Any] = (
+            threading.Lock() if self.dialect == "sqlite" else nullcontext()
+        )
 
     @classmethod
     def from_config(cls, config: DatabaseConfig) -> Database:
@@ -97,8 +101,12 @@ class Database:
     @contextmanager
     def writing(self) -> Iterator[Session]:
         """A write transaction: committed when the block ends, rolled back if it raises."""
-        with self._translate_errors(), self._write() as session, session.begin():
-            yield session
+        # SQLite has one writer at a time. Threads of this process queue on a lock in
+        # arrival order instead of racing for the file lock, whose busy handler sleeps the
+        # losers for growing intervals (the benchmark measured a 4x worse p99 that way).
+        with self._writer_lock, self._translate_errors(), self._write() as session:
+            with session.begin():
+                yield session
 
     def lock_user(self, session: Session, user_id: str) -> None:
         """Create the user's row if missing and hold it locked until the transaction ends.

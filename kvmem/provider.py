@@ -14,12 +14,16 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 from pydantic import SecretStr
 
 from kvmem.config import ChatConfig, Config
 from kvmem.errors import KvmemError, UpstreamError, UpstreamRateLimited, UpstreamTimeout
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the price map
+# litellm otherwise installs a regex filter on every log record of the process (uvicorn's
+# access log included), a measurable cost per request; kvmem logs no secrets.
+os.environ.setdefault("LITELLM_DISABLE_REDACT_SECRETS", "true")
 import litellm  # noqa: E402
 
 litellm.telemetry = False
@@ -100,6 +104,14 @@ def agent_target(config: Config) -> Target | None:
 class LiteLLMClient:
     """Calls models through `litellm.acompletion`; errors come out as `KvmemError`s."""
 
+    async def aclose(self) -> None:
+        """Close the HTTP clients litellm keeps (they are process-wide: call at shutdown)."""
+        from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
+
+        await close_litellm_async_clients()
+        # Closed clients must not be handed out again if another app starts in this process.
+        litellm.in_memory_llm_clients_cache.flush_cache()
+
     async def complete(
         self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
     ) -> dict[str, Any]:
@@ -113,7 +125,13 @@ class LiteLLMClient:
             raise UpstreamTimeout(_timeout_message(target)) from exc
         except Exception as exc:  # every litellm failure crosses this one boundary
             raise translate(exc, target) from exc
-        return openai_shape(response.model_dump(exclude_none=True))
+        body = openai_shape(response.model_dump(exclude_none=True))
+        if not body.get("choices"):
+            raise UpstreamError(
+                "the model call failed: the answer has no choices (a malformed response)",
+                upstream_status=200,
+            )
+        return body
 
     async def stream(
         self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
@@ -124,13 +142,24 @@ class LiteLLMClient:
             response = await litellm.acompletion(stream=True, **arguments)
         except Exception as exc:
             raise translate(exc, target) from exc
+        substantive = 0
         try:
             async for chunk in response:
-                yield openai_shape(chunk.model_dump(exclude_none=True))
+                body = openai_shape(chunk.model_dump(exclude_none=True))
+                substantive += _is_substantive(body)
+                yield body
         except Exception as exc:
             raise translate(exc, target) from exc
         finally:
-            await response.aclose()
+            with anyio.CancelScope(shield=True):  # close the upstream even when cancelled
+                await response.aclose()
+        # Not even a role chunk: the body was not an event stream (litellm then makes up a
+        # bare finishing chunk, which a client would take for a complete, empty answer).
+        if not substantive:
+            raise UpstreamError(
+                "the model call failed: the stream held no chunks (a malformed response)",
+                upstream_status=200,
+            )
 
     @staticmethod
     def _arguments(
@@ -162,6 +191,12 @@ def openai_shape(obj: dict[str, Any]) -> dict[str, Any]:
     """A litellm response or chunk dict with litellm's own extra fields removed."""
     for name in LITELLM_FIELDS:
         obj.pop(name, None)
+    if obj.get("object") == "chat.completion.chunk" and "usage" in obj:
+        # OpenAI's usage chunk (stream_options.include_usage) has `choices: []`; litellm
+        # sometimes gives it an empty choice, which clients would read as one more delta.
+        choices = obj.get("choices") or []
+        if all(not c.get("delta") and not c.get("finish_reason") for c in choices):
+            obj["choices"] = []
     for choice in obj.get("choices") or ():
         for name in LITELLM_FIELDS:
             choice.pop(name, None)
@@ -170,6 +205,16 @@ def openai_shape(obj: dict[str, Any]) -> dict[str, Any]:
                 for name in LITELLM_FIELDS:
                     choice[part].pop(name, None)
     return obj
+
+
+def _is_substantive(chunk: dict[str, Any]) -> bool:
+    """Whether a chunk carries anything an upstream sent: a role, content, tool calls, usage."""
+    if chunk.get("usage"):
+        return True
+    return any(
+        set(choice.get("delta") or {}) & {"role", "content", "tool_calls", "function_call"}
+        for choice in chunk.get("choices") or ()
+    )
 
 
 def translate(exc: BaseException, target: Target) -> KvmemError:
@@ -183,7 +228,8 @@ def translate(exc: BaseException, target: Target) -> KvmemError:
         return UpstreamRateLimited(
             f"the model is rate limited: {message}", retry_after=_retry_after(exc)
         )
-    status = getattr(exc, "status_code", None)
+    # A connection error carries litellm's stand-in 500, not anything the upstream sent.
+    status = None if isinstance(exc, litellm.APIConnectionError) else getattr(exc, "status_code", None)
     details = {"upstream_status": status} if isinstance(status, int) else {}
     return UpstreamError(f"the model call failed: {message}", **details)
 

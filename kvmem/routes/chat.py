@@ -10,14 +10,15 @@ from typing import Any
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kvmem.bodies import RequestBody, read_model
 from kvmem.chat import TurnMemory
 from kvmem.conversations import new_conversation_id
-from kvmem.errors import BadRequest, KvmemError
+from kvmem.errors import BadRequest, KvmemError, StoreUnavailable
 from kvmem.prompts import ChatLine, with_memory
+from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import Services, services_of, user_of
 
 log = logging.getLogger("kvmem.chat")
@@ -76,15 +77,24 @@ class Turn:
         self.services.memory.main_ended(self.memory)
 
     async def store(self, reply: str) -> None:
-        """Keep the finished turn (user message and reply together)."""
-        stored = await run_in_threadpool(
-            self.services.conversations.record_turn,
-            self.user_id,
-            self.conversation_id,
-            self.body.message,
-            reply,
-            new=self.new,
-        )
+        """Keep the finished turn (user message and reply together).
+
+        Chat survives memory: if the store cannot be written the reply is still sent (the
+        turn is not kept, and the log says so).
+        """
+        try:
+            stored = await run_in_threadpool(
+                self.services.conversations.record_turn,
+                self.user_id,
+                self.conversation_id,
+                self.body.message,
+                reply,
+                new=self.new,
+            )
+        except StoreUnavailable as exc:
+            log.warning("turn not stored, store unavailable: user=%s conversation=%s: %s",
+                        self.user_id, self.conversation_id, exc)
+            return
         if not stored:
             log.info("conversation %s was deleted during the turn; not stored", self.conversation_id)
 
@@ -123,11 +133,7 @@ async def chat(request: Request) -> Response:
         turn.main_ended()
         await chunks.aclose()
         raise
-    return StreamingResponse(
-        _events(turn, chunks, first),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return ClosingStreamingResponse(_events(turn, chunks, first))
 
 
 async def _next_text(chunks: AsyncIterator[dict[str, Any]]) -> str | None:

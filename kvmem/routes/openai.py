@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kvmem.bodies import parse_json, read_body
@@ -21,6 +21,7 @@ from kvmem.chat import TurnMemory
 from kvmem.errors import BadRequest, KvmemError, ModelNotFound
 from kvmem.prompts import ChatLine, with_memory
 from kvmem.provider import chat_target
+from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import services_of, user_of
 
 # Fields kvmem sets itself; every other field of the request goes upstream as sent.
@@ -60,11 +61,7 @@ async def chat_completions(request: Request) -> Response:
         services.memory.main_ended(memory)
         await chunks.aclose()
         raise
-    return StreamingResponse(
-        _forward(first, chunks, memory, services.memory.main_ended),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return ClosingStreamingResponse(_forward(first, chunks, memory, services.memory.main_ended))
 
 
 async def _forward(

@@ -1,0 +1,641 @@
+"""The memory agent: its tools and their results, the corrective second call, its input, its
+deadline and shutdown, and that nothing it does changes the chat reply."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pytest
+
+from kvmem.agent import AgentRun, DeadlinePassed
+from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS
+from tests.conftest import AGENT_MODEL, MAIN_MODEL
+from tests.matchers import entry
+from tests.running import (
+    Containing,
+    agent_tool_call,
+    delete_memory,
+    outcomes,
+    services,
+    set_memory,
+    sse_events,
+    wait_agents_idle,
+    wait_until,
+)
+from tests.upstream import Reply
+
+SERVICE = {"Authorization": "Bearer service-secret"}
+KEYS_AUTH = {"mode": "keys", "service_keys": ["service-secret"]}
+
+
+def tools(*calls: dict[str, Any]) -> Reply:
+    """An agent reply that makes these tool calls."""
+    return Reply(content=None, tool_calls=list(calls))
+
+
+def memories(client, headers=None) -> list[dict[str, Any]]:
+    return client.get("/memory", headers=headers).json()["memories"]
+
+
+def chat(client, message: str = "Remember that my name is Ada.", **body: Any) -> dict[str, Any]:
+    response = client.post("/chat", json={"message": message, **body})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def tool_results(request) -> list[dict[str, Any]]:
+    """The tool messages of an agent request."""
+    return [m for m in request.messages if m["role"] == "tool"]
+
+
+def agent_requests(upstream, client) -> list[Any]:
+    """The agent's requests once every run is over."""
+    wait_agents_idle(client)
+    return upstream.received(AGENT_MODEL)
+
+
+# --- tools ------------------------------------------------------------------------------
+
+
+def test_set_memory_lands_as_an_agent_entry_and_is_injected_next(
+    upstream, chat_sections, make_client
+):
+    client = make_client(**chat_sections())
+    upstream.script(AGENT_MODEL, tools(set_memory("name", "Ada")))
+    chat(client)
+    assert len(agent_requests(upstream, client)) == 1  # a success needs no second call
+    assert outcomes(client) == {"done": 1}
+    assert memories(client) == [entry("name", "Ada", 1, source="agent")]
+
+    day = memories(client)[0]["updated_at"][:10]
+    body = chat(client, "What is my name?")
+    assert body["memory"]["injected"] == ["name"]
+    assert upstream.received(MAIN_MODEL)[-1].system.endswith(
+        f"\n<user_memory>\n[{day}] name: Ada\n</user_memory>"
+    )
+
+
+def test_writes_show_in_the_stream_and_in_done(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    client.put("/memory/city", json={"value": "Paris"})
+    upstream.script(
+        AGENT_MODEL, tools(set_memory("name", "Ada"), delete_memory("city"))
+    )
+    response = client.post("/chat", json={"message": "I'm Ada; forget my city.", "stream": True})
+    events = sse_events(response.text)
+    updates = [{"op": "set", "key": "name", "value": "Ada"}, {"op": "delete", "key": "city"}]
+    assert [e for e in events if e[0] == "memory"] == [("memory", u) for u in updates]
+    assert events[-1] == ("done", {
+        "conversation_id": events[-1][1]["conversation_id"],
+        "response": "ok",
+        "memory": {"injected": ["city"], "agent": "done", "updates": updates},
+    })
+    assert memories(client) == [entry("name", "Ada", 1, source="agent")]
+
+
+def test_delete_memory_removes_the_entry(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    client.put("/memory/city", json={"value": "Paris"})
+    client.put("/memory/name", json={"value": "Ada"})
+    upstream.script(AGENT_MODEL, tools(delete_memory("city")))
+    chat(client, "Forget where I live.")
+    assert len(agent_requests(upstream, client)) == 1
+    assert memories(client) == [entry("name", "Ada", 1)]
+
+
+def test_the_results_go_back_to_the_model_in_one_corrective_call(
+    upstream, chat_sections, make_client
+):
+    client = make_client(**chat_sections(memory={"validKeys": ["a", "b"]}))
+    client.put("/memory/b", json={"value": "old"})
+    upstream.script(
+        AGENT_MODEL,
+        tools(set_memory("a", "first"), set_memory("k", "nope"), delete_memory("b")),
+        tools(set_memory("k", "still wrong")),  # fails again: there is no third call
+    )
+    chat(client)
+    first, second = agent_requests(upstream, client)
+    assert second.messages[:2] == first.messages
+    assistant = second.messages[2]
+    assert assistant["role"] == "assistant"
+    assert [(c["id"], c["function"]["name"]) for c in assistant["tool_calls"]] == [
+        ("call_0", "set_memory"), ("call_1", "set_memory"), ("call_2", "delete_memory"),
+    ]
+    assert second.messages[3:] == [
+        {"role": "tool", "tool_call_id": "call_0", "content": 'Memory set for key "a" (1 tokens)'},
+        {"role": "tool", "tool_call_id": "call_1",
+         "content": 'Invalid key "k". Must be one of: a, b'},
+        {"role": "tool", "tool_call_id": "call_2", "content": 'Memory deleted for key "b"'},
+    ]
+    assert len(upstream.received(AGENT_MODEL)) == 2
+    assert outcomes(client) == {"done": 1}
+    assert memories(client) == [entry("a", "first", 1, source="agent")]
+
+
+def refused(upstream, client, call: dict[str, Any]) -> str:
+    """Script `call` (then nothing more), chat, and return the result the model was sent."""
+    upstream.script(AGENT_MODEL, tools(call), Reply(content="Nothing else to do."))
+    chat(client)
+    first, second = agent_requests(upstream, client)
+    (result,) = tool_results(second)
+    assert result["tool_call_id"] == "call_0"
+    assert outcomes(client) == {"done": 1}
+    return result["content"]
+
+
+def test_a_key_outside_valid_keys_is_refused(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory={"validKeys": ["a", "b"]}))
+    assert refused(upstream, client, set_memory("k", "v")) == (
+        'Invalid key "k". Must be one of: a, b'
+    )
+    assert memories(client) == []
+
+
+def test_a_malformed_key_is_refused(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    assert refused(upstream, client, set_memory("Bad Key", "v")) == (
+        'Invalid key "Bad Key". Keys are lowercase letters, digits and _, start with a letter, '
+        "and are at most 128 characters."
+    )
+    assert memories(client) == []
+
+
+def test_a_write_over_the_token_limit_is_refused_and_can_be_corrected(
+    upstream, chat_sections, make_client, make_value
+):
+    client = make_client(**chat_sections(memory={"tokenLimit": 5}))
+    client.put("/memory/a", json={"value": make_value(2)})
+    upstream.script(
+        AGENT_MODEL,
+        tools(set_memory("b", make_value(4))),
+        tools(set_memory("b", make_value(3))),
+    )
+    chat(client)
+    first, second = agent_requests(upstream, client)
+    assert [m["content"] for m in tool_results(second)] == [
+        "Memory storage would exceed limit. Cannot save this memory."
+    ]
+    assert memories(client) == [
+        entry("b", make_value(3), 3, source="agent"), entry("a", make_value(2), 2),
+    ]
+
+
+def test_a_value_over_the_char_limit_is_refused(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory={"charLimit": 10}))
+    assert refused(upstream, client, set_memory("note", "x" * 11)) == (
+        'Value for key "note" is too long (11 characters; the limit is 10). Shorten it.'
+    )
+    assert memories(client) == []
+
+
+def test_deleting_a_missing_key_is_reported(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    assert refused(upstream, client, delete_memory("city")) == (
+        'No memory with key "city". Nothing to delete.'
+    )
+
+
+def test_an_unknown_tool_is_refused(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    assert refused(upstream, client, agent_tool_call("remember", {"key": "a", "value": "b"})) == (
+        'Error: tool "remember" does not exist. Use set_memory or delete_memory.'
+    )
+    assert memories(client) == []
+
+
+def test_malformed_arguments_are_refused(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    assert refused(upstream, client, agent_tool_call("set_memory", '{"key": "a", "value":')) == (
+        Containing("Error: the arguments of set_memory are not valid JSON (")
+    )
+    assert memories(client) == []
+
+
+@pytest.mark.parametrize(
+    ("call", "result"),
+    [
+        (set_memory("name", "Ada", user_id="bob"),
+         "Error: invalid arguments for set_memory: user_id: Extra inputs are not permitted."),
+        (delete_memory("name", user_id="bob"),
+         "Error: invalid arguments for delete_memory: user_id: Extra inputs are not permitted."),
+        (agent_tool_call("set_memory", {"key": "name"}),
+         "Error: invalid arguments for set_memory: value: Field required."),
+        (agent_tool_call("set_memory", {"key": "name", "value": 7}),
+         "Error: invalid arguments for set_memory: value: Input should be a valid string."),
+    ],
+)
+def test_extra_or_wrong_arguments_are_refused(upstream, chat_sections, make_client, call, result):
+    client = make_client(**chat_sections(auth=KEYS_AUTH))
+    alice, bob = {**SERVICE, "X-User-Id": "alice"}, {**SERVICE, "X-User-Id": "bob"}
+    assert client.put("/memory/name", json={"value": "Bob"}, headers=bob).status_code == 201
+    upstream.script(AGENT_MODEL, tools(call), Reply(content="Nothing else to do."))
+    response = client.post("/chat", json={"message": "I am Ada."}, headers=alice)
+    assert response.status_code == 200
+    first, second = agent_requests(upstream, client)
+    assert [m["content"] for m in tool_results(second)] == [result]
+    assert memories(client, alice) == []
+    assert memories(client, bob) == [entry("name", "Bob", 1)]
+
+
+def test_the_agent_writes_only_for_the_requests_user(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(auth=KEYS_AUTH))
+    alice, bob = {**SERVICE, "X-User-Id": "alice"}, {**SERVICE, "X-User-Id": "bob"}
+    upstream.script(AGENT_MODEL, tools(set_memory("name", "Ada")))
+    assert client.post("/chat", json={"message": "I am Ada."}, headers=alice).status_code == 200
+    wait_agents_idle(client)
+    assert memories(client, alice) == [entry("name", "Ada", 1, source="agent")]
+    assert memories(client, bob) == []
+
+
+def test_a_flood_of_tool_calls_applies_only_sixteen(
+    upstream, chat_sections, make_client, tokens
+):
+    client = make_client(**chat_sections())
+    flood = [set_memory(f"k{i:02d}", f"value {i}") for i in range(20)]
+    upstream.script(AGENT_MODEL, tools(*flood), Reply(content="Done."))
+    chat(client)
+    first, second = agent_requests(upstream, client)
+    results = [m["content"] for m in tool_results(second)]
+    assert results == [
+        f'Memory set for key "k{i:02d}" ({tokens.count(f"value {i}")} tokens)' for i in range(16)
+    ] + [
+        "Error: not applied; at most 16 tool calls per turn."
+    ] * 4
+    assert sorted(m["key"] for m in memories(client)) == [f"k{i:02d}" for i in range(16)]
+    assert services(client).agent.outcomes["tool_calls_capped"] == 1
+
+
+def test_the_agent_has_exactly_two_tools(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    chat(client)
+    (request,) = agent_requests(upstream, client)
+    key = {
+        "type": "string",
+        "description": "The memory key: lowercase letters, digits and _, starting with a letter.",
+    }
+    assert request.body["tool_choice"] == "auto"
+    assert request.body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "set_memory",
+                "description": "Save a memory about the user, replacing what the key held.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "key": key,
+                        "value": {"type": "string", "description": "The complete value to store."},
+                    },
+                    "required": ["key", "value"],
+                    "additionalProperties": False,
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "delete_memory",
+                "description": "Forget a memory about the user.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"key": key},
+                    "required": ["key"],
+                    "additionalProperties": False,
+                },
+            },
+        },
+    ]
+
+
+def test_the_key_description_lists_valid_keys(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory={"validKeys": ["name", "city"]}))
+    chat(client)
+    (request,) = agent_requests(upstream, client)
+    descriptions = [
+        tool["function"]["parameters"]["properties"]["key"]["description"]
+        for tool in request.body["tools"]
+    ]
+    expected = ("The memory key: lowercase letters, digits and _, starting with a letter. "
+                "Must be one of: name, city.")
+    assert descriptions == [expected, expected]
+    assert [tool["function"]["name"] for tool in request.body["tools"]] == [
+        "set_memory", "delete_memory",
+    ]
+
+
+def test_text_from_the_agent_is_discarded(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    upstream.script(AGENT_MODEL, Reply(content="I will remember that your name is Ada!"))
+    body = chat(client)
+    assert body["response"] == "ok"
+    assert len(agent_requests(upstream, client)) == 1
+    assert memories(client) == []
+    assert outcomes(client) == {"done": 1}
+
+
+# --- the agent's input ------------------------------------------------------------------
+
+
+def test_the_agent_reads_status_memory_and_the_chat(
+    upstream, chat_sections, make_client, tokens
+):
+    assert tokens.count("Rome,\nItaly") == 3
+    client = make_client(**chat_sections(memory={"tokenLimit": 50}))
+    client.put("/memory/name", json={"value": "Ada"})
+    client.put("/memory/city", json={"value": "Rome,\nItaly"})
+    chat(client, "Remember I like tea.")
+    (request,) = agent_requests(upstream, client)
+    assert request.messages == [
+        {"role": "system", "content": DEFAULT_AGENT_INSTRUCTIONS},
+        {"role": "user", "content": (
+            "# Memory Status:\n"
+            "Current memory usage: 4 tokens\n"
+            "Token limit: 50 tokens\n"
+            "Remaining capacity: 46 tokens\n"
+            "\n"
+            "# Existing memory:\n"
+            "- name (1 tokens): Ada\n"
+            "- city (3 tokens): Rome,\\nItaly\n"
+            "\n"
+            "# Current Chat:\n"
+            "Human: Remember I like tea."
+        )},
+    ]
+    assert [m["token_count"] for m in memories(client)] == [3, 1]
+
+
+def test_the_status_says_none_without_a_limit_and_clamps_at_zero(
+    upstream, chat_sections, make_client, make_store, make_value
+):
+    make_store().set("local", "note", make_value(8))
+    unlimited = make_client(**chat_sections())
+    chat(unlimited)
+    wait_agents_idle(unlimited)
+    lowered = make_client(**chat_sections(memory={"tokenLimit": 5}))
+    chat(lowered)
+    wait_agents_idle(lowered)
+    first, second = upstream.received(AGENT_MODEL)
+    assert first.messages[1]["content"].splitlines()[:4] == [
+        "# Memory Status:",
+        "Current memory usage: 8 tokens",
+        "Token limit: none",
+        "Remaining capacity: unlimited",
+    ]
+    assert second.messages[1]["content"].splitlines()[:4] == [
+        "# Memory Status:",
+        "Current memory usage: 8 tokens",
+        "Token limit: 5 tokens",
+        "Remaining capacity: 0 tokens",
+    ]
+
+
+THREE_TURNS = [("one", "reply one"), ("two", "reply two"), ("three", "reply three")]
+
+
+def converse(client, upstream, turns, **body: Any) -> str:
+    conversation_id = None
+    for message, answer in turns:
+        upstream.script(MAIN_MODEL, Reply(content=answer))
+        conversation_id = chat(client, message, conversation_id=conversation_id, **body)[
+            "conversation_id"]
+    return conversation_id
+
+
+@pytest.mark.parametrize(
+    ("window_size", "chat_lines"),
+    [
+        (1, ["Human: four"]),
+        (3, ["Human: three", "AI: reply three", "Human: four"]),
+        (4, ["AI: reply two", "Human: three", "AI: reply three", "Human: four"]),
+        (20, ["Human: one", "AI: reply one", "Human: two", "AI: reply two", "Human: three",
+              "AI: reply three", "Human: four"]),
+    ],
+)
+def test_the_window_is_the_last_messages_ending_at_the_new_one(
+    upstream, chat_sections, make_client, window_size, chat_lines
+):
+    client = make_client(**chat_sections(memory={"messageWindowSize": window_size},
+                                         chat={"max_turns": 1}))
+    conversation_id = converse(client, upstream, THREE_TURNS)
+    chat(client, "four", conversation_id=conversation_id, max_turns=0)
+    requests = agent_requests(upstream, client)
+    assert len(requests) == 4
+    prompt = requests[-1].messages[1]["content"]
+    assert prompt.split("# Current Chat:\n")[1] == "\n".join(chat_lines)
+
+
+def test_an_oversized_window_keeps_its_end_within_max_input_tokens(
+    upstream, chat_sections, make_client, tokens
+):
+    client = make_client(**chat_sections(memory={"maxInputTokens": 50}))
+    message = "".join(f"word{i} " for i in range(30_000)) + "and remember I like tea"
+    assert len(message) > 200_000
+    chat(client, message)
+    (request,) = agent_requests(upstream, client)
+    chat_text = request.messages[1]["content"].split("# Current Chat:\n")[1]
+    assert chat_text.endswith("and remember I like tea")
+    assert ("Human: " + message).endswith(chat_text)
+    assert 40 <= tokens.count(chat_text) <= 50
+    # The main model still gets the whole message.
+    assert upstream.received(MAIN_MODEL)[0].messages[-1] == {"role": "user", "content": message}
+
+
+def test_configured_instructions_replace_the_default(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(agent={"instructions": "Only remember colours."}))
+    chat(client)
+    (request,) = agent_requests(upstream, client)
+    assert request.messages[0] == {"role": "system", "content": "Only remember colours."}
+    assert DEFAULT_AGENT_INSTRUCTIONS not in request.messages[1]["content"]
+
+
+def test_the_agent_uses_its_own_model_parameters(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(agent={"model_parameters": {"temperature": 0.1}}))
+    chat(client)
+    (request,) = agent_requests(upstream, client)
+    assert request.body["temperature"] == 0.1
+    assert request.headers["authorization"] == "Bearer agent-key"
+    assert upstream.received(MAIN_MODEL)[0].headers["authorization"] == "Bearer main-key"
+
+
+# --- timing: concurrency, the deadline and shutdown -------------------------------------
+
+
+def test_the_agent_runs_while_the_main_call_is_still_answering(
+    upstream, chat_sections, make_client
+):
+    client = make_client(**chat_sections())
+    upstream.script(MAIN_MODEL, Reply(content="slow answer", delay=0.8))
+    chat(client)
+    (main,) = upstream.received(MAIN_MODEL)
+    (agent,) = agent_requests(upstream, client)
+    assert main.ended is not None
+    assert agent.started < main.ended - 0.3
+
+
+def test_a_slow_agent_does_not_delay_the_reply(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(agent={"grace_seconds": 0.5}))
+    upstream.script(AGENT_MODEL, Reply(delay=30, tool_calls=[set_memory("name", "Ada")]))
+    started = time.monotonic()
+    body = chat(client)
+    assert time.monotonic() - started < 3
+    assert body == {"conversation_id": body["conversation_id"], "response": "ok",
+                    "memory": {"injected": [], "agent": "running", "updates": []}}
+    (agent,) = upstream.wait_for(AGENT_MODEL, 1)
+    wait_agents_idle(client, timeout=3)
+    assert upstream.wait_ended(agent, timeout=2).disconnected
+    assert outcomes(client) == {"timeout": 1}
+    assert memories(client) == []
+
+
+def test_a_write_due_after_main_end_plus_grace_never_lands(upstream, chat_sections, make_client):
+    grace = 0.5
+    client = make_client(**chat_sections(agent={"grace_seconds": grace}))
+    upstream.script(AGENT_MODEL, Reply(delay=grace + 0.7, content=None,
+                                       tool_calls=[set_memory("name", "Ada")]))
+    chat(client)
+    (main,) = upstream.received(MAIN_MODEL)
+    (agent,) = upstream.wait_for(AGENT_MODEL, 1)
+    wait_agents_idle(client, timeout=3)
+    assert outcomes(client) == {"timeout": 1}
+    # Wait past the moment the upstream would have answered: still nothing.
+    wait_until(lambda: time.monotonic() > agent.started + grace + 1.0, what="the scripted time")
+    assert memories(client) == []
+    assert upstream.wait_ended(agent, timeout=2).disconnected
+    assert agent.ended - main.ended < grace + 0.5
+
+
+def test_a_write_before_the_deadline_lands(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(agent={"grace_seconds": 1.0}))
+    upstream.script(AGENT_MODEL, Reply(delay=0.3, content=None,
+                                       tool_calls=[set_memory("name", "Ada")]))
+    chat(client)
+    (main,) = upstream.received(MAIN_MODEL)
+    (agent,) = agent_requests(upstream, client)
+    assert agent.ended > main.ended  # it was still working when the main response ended
+    assert outcomes(client) == {"done": 1}
+    assert memories(client) == [entry("name", "Ada", 1, source="agent")]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_failed_main_call_still_ends_the_agent_at_its_deadline(
+    upstream, chat_sections, make_client, stream
+):
+    grace = 0.4
+    client = make_client(**chat_sections(agent={"grace_seconds": grace}))
+    upstream.script(AGENT_MODEL, Reply(hang=True))
+    upstream.script(MAIN_MODEL, Reply(status=500, delay=0.1))
+    response = client.post("/chat", json={"message": "hi", "stream": stream})
+    assert response.status_code == 502
+    (main,) = upstream.received(MAIN_MODEL)
+    (agent,) = upstream.wait_for(AGENT_MODEL, 1)
+    wait_agents_idle(client, timeout=3)
+    assert outcomes(client) == {"timeout": 1}
+    assert upstream.wait_ended(agent, timeout=2).ended - main.ended < grace + 0.5
+
+
+def test_the_commit_guard_refuses_a_write_after_the_deadline(make_store):
+    store = make_store()
+    store.set("local", "city", "Paris")
+    late = AgentRun(state="running", deadline=time.monotonic() - 0.01)
+    with pytest.raises(DeadlinePassed):
+        store.set("local", "name", "Ada", "agent", guard=late.check_deadline)
+    with pytest.raises(DeadlinePassed):
+        store.delete("local", "city", guard=late.check_deadline)
+    assert [(e.key, e.value) for e in store.snapshot("local").entries] == [("city", "Paris")]
+
+    in_time = AgentRun(state="running", deadline=time.monotonic() + 60)
+    store.set("local", "name", "Ada", "agent", guard=in_time.check_deadline)
+    unbounded = AgentRun(state="running")  # the main response has not ended yet
+    unbounded.check_deadline()
+    assert [e.key for e in store.snapshot("local").entries] == ["city", "name"]
+
+
+def test_shutdown_leaves_no_agent_running(upstream, chat_sections, make_client):
+    grace = 0.8
+    client = make_client(**chat_sections(agent={"grace_seconds": grace}))
+    upstream.script(AGENT_MODEL, Reply(hang=True))
+    chat(client)
+    (agent,) = upstream.wait_for(AGENT_MODEL, 1)
+    assert services(client).agent.in_flight == 1
+
+    started = time.monotonic()
+    client.__exit__(None, None, None)
+    # Shutting down never waits on the model past the run's deadline.
+    assert time.monotonic() - started < grace + 1.0
+    assert services(client).agent.in_flight == 0
+    assert outcomes(client) == {"timeout": 1}
+    assert upstream.wait_ended(agent, timeout=2).disconnected
+
+
+# --- agent failures never touch the reply -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("agent_reply", "outcome"),
+    [
+        (Reply(status=500), "failed"),
+        (Reply(status=429, headers={"Retry-After": "3"}), "failed"),
+        (Reply(raw=b'{"id": "x", "choices": [{"message": {"tool_calls": [{'), "failed"),
+        (Reply(reset=True), "failed"),
+        (Reply(hang=True), "timeout"),
+    ],
+    ids=["500", "429", "malformed-json", "reset", "hang"],
+)
+def test_an_agent_failure_leaves_the_reply_unchanged(
+    upstream, chat_sections, make_client, agent_reply, outcome
+):
+    client = make_client(**chat_sections(agent={"grace_seconds": 0.5}))
+    upstream.script(AGENT_MODEL, agent_reply)
+    upstream.script(MAIN_MODEL, Reply(content="The answer.", delay=0.2))
+    response = client.post("/chat", json={"message": "Remember I like tea."})
+    assert response.status_code == 200
+    body = response.json()
+    assert body["response"] == "The answer."
+    assert body["memory"]["injected"] == [] and body["memory"]["updates"] == []
+    assert body["memory"]["agent"] in ("running", outcome)
+    wait_agents_idle(client, timeout=3)
+    assert outcomes(client) == {outcome: 1}
+    assert memories(client) == []
+    assert len(upstream.received(AGENT_MODEL)) == 1  # no retry
+
+
+@pytest.mark.parametrize(
+    ("agent_reply", "state"),
+    [(Reply(status=500), "failed"), (Reply(hang=True), "timeout")],
+    ids=["500", "hang"],
+)
+def test_a_streamed_reply_reports_the_agent_failure(
+    upstream, chat_sections, make_client, agent_reply, state
+):
+    client = make_client(**chat_sections(agent={"grace_seconds": 0.3}))
+    upstream.script(AGENT_MODEL, agent_reply)
+    upstream.script(MAIN_MODEL, Reply(content="The answer."))
+    response = client.post("/chat", json={"message": "Remember I like tea.", "stream": True})
+    assert response.status_code == 200
+    events = sse_events(response.text)
+    assert "".join(data["content"] for name, data in events if name == "delta") == "The answer."
+    assert events[-1] == ("done", {
+        "conversation_id": events[-1][1]["conversation_id"],
+        "response": "The answer.",
+        "memory": {"injected": [], "agent": state, "updates": []},
+    })
+
+
+def test_agent_errors_are_logged_with_user_and_conversation(
+    upstream, chat_sections, make_client, caplog
+):
+    client = make_client(**chat_sections(auth=KEYS_AUTH))
+    upstream.script(AGENT_MODEL, Reply(status=500))
+    with caplog.at_level(logging.WARNING, logger="kvmem.agent"):
+        response = client.post("/chat", json={"message": "hi"},
+                               headers={**SERVICE, "X-User-Id": "alice"})
+        wait_agents_idle(client)
+    conversation_id = response.json()["conversation_id"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "kvmem.agent"]
+    assert len(messages) == 1
+    assert messages[0].startswith(
+        f"memory agent failed: user=alice conversation={conversation_id}: "
+    )
+    assert outcomes(client) == {"failed": 1}

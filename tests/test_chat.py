@@ -1,0 +1,512 @@
+"""`POST /chat`: the memory block in the main request, the agent states, streaming, and how
+upstream failures, timeouts and rate limits are answered."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from kvmem.prompts import BLOCK_PREAMBLE
+from tests.conftest import AGENT_MODEL, MAIN_MODEL
+from tests.running import (
+    Containing,
+    outcomes,
+    services,
+    set_memory,
+    sse_events,
+    wait_agents_idle,
+    wait_until,
+)
+from tests.test_prompts import HOSTILE_VALUES, unescape
+from tests.upstream import Reply
+
+SYSTEM_PROMPT = "You are a helpful assistant."
+NO_AGENT = {"agent": None}
+
+
+def block(*lines: str) -> str:
+    """The system message with a memory block of `lines`."""
+    return "\n".join([f"{SYSTEM_PROMPT}\n\n{BLOCK_PREAMBLE}", "<user_memory>", *lines,
+                      "</user_memory>"])
+
+
+def dates(client) -> dict[str, str]:
+    """Each entry's `updated_at` date (YYYY-MM-DD), by key."""
+    return {m["key"]: m["updated_at"][:10] for m in client.get("/memory").json()["memories"]}
+
+
+def reply(conversation_id: str, response: str, injected: list[str], agent: str,
+          updates: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "conversation_id": conversation_id,
+        "response": response,
+        "memory": {"injected": injected, "agent": agent, "updates": updates or []},
+    }
+
+
+# --- the memory block -------------------------------------------------------------------
+
+
+def test_entries_are_injected_oldest_first(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory=NO_AGENT))
+    for key, value in [("name", "Ada"), ("city", "Rome"), ("name", "Ada Lovelace")]:
+        assert client.put(f"/memory/{key}", json={"value": value}).status_code in (200, 201)
+    day = dates(client)
+
+    response = client.post("/chat", json={"message": "Where do I live?"})
+    assert response.status_code == 200
+    body = response.json()
+    assert body == reply(body["conversation_id"], "ok", ["city", "name"], "disabled")
+    (main,) = upstream.received(MAIN_MODEL)
+    assert main.messages == [
+        {"role": "system",
+         "content": block(f"[{day['city']}] city: Rome", f"[{day['name']}] name: Ada Lovelace")},
+        {"role": "user", "content": "Where do I live?"},
+    ]
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", day["city"])
+
+
+def test_an_empty_system_prompt_gets_the_block_alone(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory=NO_AGENT, chat={"system_prompt": ""}))
+    client.put("/memory/name", json={"value": "Ada"})
+    chat = client.post("/chat", json={"message": "hi"})
+    assert chat.status_code == 200
+    day = dates(client)["name"]
+    assert upstream.received(MAIN_MODEL)[0].messages[0] == {
+        "role": "system",
+        "content": f"{BLOCK_PREAMBLE}\n<user_memory>\n[{day}] name: Ada\n</user_memory>",
+    }
+
+
+def test_a_temporary_turn_still_sends_the_history(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    client.put("/memory/name", json={"value": "Ada"})
+    first = client.post("/chat", json={"message": "one"}).json()
+    assert first["memory"]["injected"] == ["name"]
+    second = client.post(
+        "/chat",
+        json={"message": "two", "conversation_id": first["conversation_id"], "memory": False},
+    ).json()
+    assert second == reply(first["conversation_id"], "ok", [], "skipped")
+    assert upstream.received(MAIN_MODEL)[-1].messages == [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "two"},
+    ]
+    wait_agents_idle(client)
+    assert len(upstream.received(AGENT_MODEL)) == 1  # the first turn's only
+
+
+def test_no_block_without_entries(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory=NO_AGENT))
+    body = client.post("/chat", json={"message": "hi"}).json()
+    assert body == reply(body["conversation_id"], "ok", [], "disabled")
+    assert upstream.received(MAIN_MODEL)[0].messages == [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": "hi"},
+    ]
+
+
+def assert_plain_request(upstream) -> None:
+    """The last main request carried no memory block and no agent request was made."""
+    assert upstream.received(MAIN_MODEL)[-1].messages[0] == {
+        "role": "system", "content": SYSTEM_PROMPT,
+    }
+    assert upstream.received(AGENT_MODEL) == []
+
+
+def test_a_temporary_chat_reads_no_memory_and_runs_no_agent(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    client.put("/memory/name", json={"value": "Ada"})
+    body = client.post("/chat", json={"message": "hi", "memory": False}).json()
+    assert body == reply(body["conversation_id"], "ok", [], "skipped")
+    assert services(client).agent.in_flight == 0
+    assert outcomes(client) == {}
+    assert_plain_request(upstream)
+
+
+def test_an_opted_out_user_gets_no_memory_and_no_agent(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    client.put("/memory/name", json={"value": "Ada"})
+    patched = client.patch("/preferences", json={"memories": False})
+    assert patched.status_code == 200 and patched.json() == {"memories": False}
+    body = client.post("/chat", json={"message": "Remember I like tea."}).json()
+    assert body == reply(body["conversation_id"], "ok", [], "skipped")
+    assert services(client).agent.in_flight == 0
+    assert_plain_request(upstream)
+
+    # Opting back in brings both back.
+    client.patch("/preferences", json={"memories": True})
+    body = client.post("/chat", json={"message": "hi"}).json()
+    assert body["memory"]["injected"] == ["name"]
+    upstream.wait_for(AGENT_MODEL, 1)
+
+
+def test_memory_disabled_injects_nothing_and_runs_no_agent(
+    upstream, chat_sections, make_client, make_store
+):
+    make_store().set("local", "name", "Ada")
+    client = make_client(**chat_sections(memory={"disabled": True}))
+    body = client.post("/chat", json={"message": "hi"}).json()
+    assert body == reply(body["conversation_id"], "ok", [], "disabled")
+    assert services(client).agent.in_flight == 0
+    assert_plain_request(upstream)
+
+
+def test_no_agent_section_means_disabled(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory=NO_AGENT))
+    client.put("/memory/name", json={"value": "Ada"})
+    body = client.post("/chat", json={"message": "Remember I like tea."}).json()
+    assert body == reply(body["conversation_id"], "ok", ["name"], "disabled")
+    assert upstream.received(AGENT_MODEL) == []
+
+
+def test_an_agent_turned_off_means_disabled(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(agent={"enabled": False}))
+    body = client.post("/chat", json={"message": "Remember I like tea."}).json()
+    assert body["memory"]["agent"] == "disabled"
+    assert services(client).agent.in_flight == 0
+    assert upstream.received(AGENT_MODEL) == []
+
+
+@pytest.mark.sqlite_only  # renaming a table is how this test makes SQLite unreadable
+def test_an_unreadable_store_still_answers(upstream, chat_sections, make_client, database):
+    client = make_client(**chat_sections())
+    client.put("/memory/name", json={"value": "Ada"})
+    with database.engine.begin() as connection:
+        connection.execute(text("ALTER TABLE memory_entries RENAME TO memory_entries_away"))
+    try:
+        response = client.post("/chat", json={"message": "hi"})
+        down = client.get("/memory")
+    finally:  # a PostgreSQL run shares one database between tests
+        with database.engine.begin() as connection:
+            connection.execute(text("ALTER TABLE memory_entries_away RENAME TO memory_entries"))
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body == reply(body["conversation_id"], "ok", [], "failed")
+    assert_plain_request(upstream)
+    assert services(client).agent.in_flight == 0
+    # The conversation is still kept; /memory says the store is down.
+    assert client.get("/conversations").json()["conversations"][0]["id"] == body["conversation_id"]
+    assert down.status_code == 503
+    assert down.json() == {"error": {"code": "store_unavailable", "message": Containing("")}}
+    # Once the store is back, memory is back.
+    assert client.get("/memory").json()["memories"][0]["key"] == "name"
+
+
+def test_hostile_values_cannot_break_out_of_the_block(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory=NO_AGENT))
+    keys = [f"note_{i}" for i in range(len(HOSTILE_VALUES))]
+    for key, value in zip(keys, HOSTILE_VALUES, strict=True):
+        put = client.put(f"/memory/{key}", json={"value": value})
+        assert put.status_code == 201, put.text
+    stored = {m["key"]: m["value"] for m in client.get("/memory").json()["memories"]}
+
+    body = client.post("/chat", json={"message": "hi"}).json()
+    assert body["memory"]["injected"] == keys
+    system = upstream.received(MAIN_MODEL)[0].system
+    prefix = f"{SYSTEM_PROMPT}\n\n{BLOCK_PREAMBLE}\n<user_memory>\n"
+    assert system.startswith(prefix) and system.endswith("\n</user_memory>")
+    assert system.count("<user_memory>") == 1 and system.count("</user_memory>") == 1
+    lines = system[len(prefix):-len("\n</user_memory>")].splitlines()
+    assert len(lines) == len(keys)
+    for line, key in zip(lines, keys, strict=True):
+        match = re.fullmatch(r"\[\d{4}-\d{2}-\d{2}\] ([a-z0-9_]+): (.*)", line)
+        assert match is not None, line
+        assert match.group(1) == key
+        assert unescape(match.group(2)) == stored[key]
+
+
+def test_a_lowered_token_limit_injects_the_newest_that_fit(
+    upstream, chat_sections, make_client, make_store, make_value
+):
+    store = make_store()
+    for key, size in [("oldest", 4), ("middle", 3), ("newest", 5)]:
+        store.set("local", key, make_value(size))
+    client = make_client(**chat_sections(memory={"tokenLimit": 9, "agent": None}))
+    day = dates(client)
+
+    body = client.post("/chat", json={"message": "hi"}).json()
+    assert body["memory"]["injected"] == ["middle", "newest"]
+    assert upstream.received(MAIN_MODEL)[0].system == block(
+        f"[{day['middle']}] middle: {make_value(3)}",
+        f"[{day['newest']}] newest: {make_value(5)}",
+    )
+
+
+# --- streaming --------------------------------------------------------------------------
+
+
+def test_a_streamed_reply_sends_deltas_memory_and_done(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    upstream.script(MAIN_MODEL, Reply(chunks=["Hello", " there", " world"], chunk_delay=0.05))
+    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("name", "Ada")]))
+
+    response = client.post("/chat", json={"message": "Remember my name is Ada.", "stream": True})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(response.text)
+    conversation_id = events[-1][1]["conversation_id"]
+    # The memory event comes when the write lands: between deltas or after the last one.
+    assert [event for event in events if event[0] != "memory"] == [
+        ("delta", {"content": "Hello"}),
+        ("delta", {"content": " there"}),
+        ("delta", {"content": " world"}),
+        ("done", reply(conversation_id, "Hello there world", [], "done",
+                       [{"op": "set", "key": "name", "value": "Ada"}])),
+    ]
+    assert [event for event in events if event[0] == "memory"] == [
+        ("memory", {"op": "set", "key": "name", "value": "Ada"}),
+    ]
+    assert events[0][0] == "delta"  # the first delta never waits for the agent
+    messages = client.get(f"/conversations/{conversation_id}").json()["messages"]
+    assert [(m["role"], m["content"]) for m in messages] == [
+        ("user", "Remember my name is Ada."), ("assistant", "Hello there world"),
+    ]
+
+
+def test_a_memory_event_is_sent_as_the_write_lands(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    pieces = ["one ", "two ", "three ", "four ", "five"]
+    upstream.script(MAIN_MODEL, Reply(chunks=pieces, chunk_delay=0.3))
+    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("name", "Ada")]))
+    response = client.post("/chat", json={"message": "Remember my name is Ada.", "stream": True})
+    events = sse_events(response.text)
+    names = [name for name, _ in events]
+    # The write lands long before the main model's last piece: its event does not wait for it.
+    assert names.index("memory") < len(pieces)
+    assert [data["content"] for name, data in events if name == "delta"] == pieces
+    assert [data for name, data in events if name == "memory"] == [
+        {"op": "set", "key": "name", "value": "Ada"}
+    ]
+    assert names[-1] == "done" and names.count("done") == 1
+
+
+def test_deltas_are_forwarded_as_they_arrive(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory=NO_AGENT))
+    upstream.script(MAIN_MODEL, Reply(chunks=["a", "b", "c", "d"], chunk_delay=0.25))
+    with client.stream("POST", "/chat", json={"message": "hi", "stream": True}) as response:
+        lines = response.iter_lines()
+        assert [next(lines), next(lines)] == ["event: delta", 'data: {"content": "a"}']
+        first_delta = time.monotonic()
+        rest = list(lines)
+    (main,) = upstream.received(MAIN_MODEL)
+    assert main.ended is not None and main.ended - first_delta > 0.4
+    body = "\n".join(["event: delta", 'data: {"content": "a"}', *rest]).rstrip("\n") + "\n\n"
+    assert [name for name, _ in sse_events(body)] == ["delta"] * 4 + ["done"]
+    assert sse_events(body)[-1][1]["response"] == "abcd"
+
+
+def test_a_reader_leaving_mid_stream_stores_nothing_and_closes_upstream(
+    upstream, chat_sections, make_client
+):
+    grace = 0.3
+    client = make_client(**chat_sections(agent={"grace_seconds": grace}))
+    upstream.script(AGENT_MODEL, Reply(hang=True))
+    upstream.script(
+        MAIN_MODEL, Reply(chunks=[f"piece {i} " for i in range(20)], delay=0.3, chunk_delay=0.1)
+    )
+    with client.stream("POST", "/chat", json={"message": "hi", "stream": True}) as response:
+        lines = response.iter_lines()
+        assert [next(lines), next(lines)] == ["event: delta", 'data: {"content": "piece 0 "}']
+    left = time.monotonic()
+    (main,) = upstream.received(MAIN_MODEL)
+    assert upstream.wait_ended(main, timeout=2).disconnected
+    assert main.ended - left < 1.0
+    # Leaving ends the main response, so the agent's grace period runs from then (not until
+    # the agent's own 10 s timeout).
+    wait_agents_idle(client, timeout=grace + 1.0)
+    assert outcomes(client) == {"timeout": 1}
+    (agent,) = upstream.received(AGENT_MODEL)
+    assert upstream.wait_ended(agent, timeout=2).disconnected
+    assert client.get("/conversations").json() == {"conversations": []}
+
+
+def test_the_done_event_has_the_non_streamed_shape(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory=NO_AGENT))
+    client.put("/memory/name", json={"value": "Ada"})
+    upstream.script(MAIN_MODEL, Reply(content="same"), Reply(content="same"))
+    plain = client.post("/chat", json={"message": "hi"}).json()
+    events = sse_events(client.post("/chat", json={"message": "hi", "stream": True}).text)
+    assert [name for name, _ in events][-1] == "done"
+    done = events[-1][1]
+    assert done == {**plain, "conversation_id": done["conversation_id"]}
+    assert done["conversation_id"] != plain["conversation_id"]
+    assert "".join(data["content"] for name, data in events if name == "delta") == "same"
+
+
+def test_a_streamed_reply_continues_a_conversation(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory=NO_AGENT))
+    first = client.post("/chat", json={"message": "one", "stream": True})
+    conversation_id = sse_events(first.text)[-1][1]["conversation_id"]
+    upstream.script(MAIN_MODEL, Reply(content="two!"))
+    second = client.post(
+        "/chat", json={"message": "two", "conversation_id": conversation_id, "stream": True}
+    )
+    assert sse_events(second.text)[-1][1]["conversation_id"] == conversation_id
+    assert upstream.received(MAIN_MODEL)[-1].messages[1:] == [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "two"},
+    ]
+
+
+def test_a_streamed_timeout_before_the_first_delta_is_a_json_504(
+    upstream, chat_sections, make_client
+):
+    client = make_client(**chat_sections(memory=NO_AGENT, chat={"timeout": 1}))
+    upstream.script(MAIN_MODEL, Reply(hang=True))
+    started = time.monotonic()
+    response = client.post("/chat", json={"message": "hi", "stream": True})
+    elapsed = time.monotonic() - started
+    assert response.status_code == 504
+    assert response.json() == {
+        "error": {"code": "upstream_timeout",
+                  "message": "the model did not answer within 1 seconds"}
+    }
+    assert 1.0 <= elapsed < 2.0
+    assert client.get("/conversations").json() == {"conversations": []}
+
+
+def test_an_error_after_the_first_delta_ends_the_stream(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    upstream.script(MAIN_MODEL, Reply(chunks=["Hel", "lo", "!"], fail_after=3))
+    with client.stream("POST", "/chat", json={"message": "hi", "stream": True}) as response:
+        assert response.status_code == 200
+        body = response.read().decode()
+    events = sse_events(body)
+    # The pieces before the broken connection (litellm may drop the one just before it).
+    deltas = [data for name, data in events if name == "delta"]
+    assert deltas in ([{"content": "Hel"}, {"content": "lo"}], [{"content": "Hel"}])
+    assert [name for name, _ in events] == ["delta"] * len(deltas) + ["error"]
+    assert list(events[2][1]) == ["error"]
+    assert events[2][1]["error"]["code"] == "upstream_error"
+    assert events[2][1]["error"]["message"].startswith("the model call failed: ")
+    assert client.get("/conversations").json() == {"conversations": []}
+
+
+def test_the_stream_ends_by_main_end_plus_grace_with_a_hanging_agent(
+    upstream, chat_sections, make_client
+):
+    grace = 0.6
+    client = make_client(**chat_sections(agent={"grace_seconds": grace}))
+    upstream.script(AGENT_MODEL, Reply(hang=True))
+    with client.stream("POST", "/chat", json={"message": "hi", "stream": True}) as response:
+        body = response.read().decode()
+        closed = time.monotonic()
+    (main,) = upstream.received(MAIN_MODEL)
+    assert main.ended is not None
+    assert grace - 0.1 <= closed - main.ended <= grace + 0.5
+    events = sse_events(body)
+    assert events[-1] == ("done", reply(events[-1][1]["conversation_id"], "ok", [], "timeout"))
+    (agent,) = upstream.received(AGENT_MODEL)
+    assert upstream.wait_ended(agent, timeout=2).disconnected
+
+
+def test_a_streamed_reply_without_agent_ends_after_the_last_delta(
+    upstream, chat_sections, make_client
+):
+    client = make_client(**chat_sections(memory=NO_AGENT))
+    events = sse_events(client.post("/chat", json={"message": "hi", "stream": True}).text)
+    assert events[-1] == ("done", reply(events[-1][1]["conversation_id"], "ok", [], "disabled"))
+    assert [name for name, _ in events] == ["delta", "delta", "done"]
+
+
+async def running_tasks() -> list[str]:
+    """The app loop's tasks (but this one and litellm's logging workers), by coroutine name."""
+    current = asyncio.current_task()
+    return sorted(
+        task.get_coro().__qualname__
+        for task in asyncio.all_tasks()
+        if task is not current and "litellm" not in task.get_coro().cr_code.co_filename
+    )
+
+
+def test_a_reader_leaving_while_the_agent_works_leaves_no_task_behind(
+    upstream, chat_sections, make_client
+):
+    client = make_client(**chat_sections(agent={"grace_seconds": 2}))
+    chat_id = client.post("/chat", json={"message": "warm up"}).json()["conversation_id"]
+    wait_agents_idle(client)
+    before = client.portal.call(running_tasks)
+
+    upstream.script(AGENT_MODEL, Reply(delay=0.8))
+    with client.stream("POST", "/chat", json={"message": "hi", "stream": True}) as response:
+        lines = response.iter_lines()
+        assert [next(lines) for _ in range(5)] == [
+            "event: delta", 'data: {"content": "o"}', "",
+            "event: delta", 'data: {"content": "k"}',
+        ]
+        # The turn is stored just before the stream starts waiting for the agent's writes.
+        wait_until(lambda: len(client.get("/conversations").json()["conversations"]) == 2)
+        time.sleep(0.1)
+    wait_agents_idle(client)
+    assert outcomes(client) == {"done": 2}
+    assert client.portal.call(running_tasks) == before
+    assert chat_id in [c["id"] for c in client.get("/conversations").json()["conversations"]]
+
+
+# --- upstream failures ------------------------------------------------------------------
+
+
+def test_an_upstream_timeout_answers_504_within_a_second(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory=NO_AGENT, chat={"timeout": 1}))
+    upstream.script(MAIN_MODEL, Reply(hang=True))
+    started = time.monotonic()
+    response = client.post("/chat", json={"message": "hi"})
+    elapsed = time.monotonic() - started
+    assert response.status_code == 504
+    assert response.json() == {
+        "error": {"code": "upstream_timeout",
+                  "message": "the model did not answer within 1 seconds"}
+    }
+    assert 1.0 <= elapsed < 2.0
+    (main,) = upstream.received(MAIN_MODEL)  # one attempt, no retry
+    assert upstream.wait_ended(main, timeout=2).disconnected
+
+
+def test_an_upstream_429_passes_retry_after_through(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory=NO_AGENT))
+    upstream.script(
+        MAIN_MODEL,
+        Reply(status=429, headers={"Retry-After": "7"},
+              error={"error": {"message": "slow down", "type": "rate_limit"}}),
+    )
+    response = client.post("/chat", json={"message": "hi"})
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "7"
+    assert response.json() == {
+        "error": {"code": "rate_limited", "message": Containing("slow down")}
+    }
+    assert len(upstream.received(MAIN_MODEL)) == 1
+    assert client.get("/conversations").json() == {"conversations": []}
+
+
+def test_an_upstream_429_without_retry_after(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory=NO_AGENT))
+    upstream.script(MAIN_MODEL, Reply(status=429))
+    response = client.post("/chat", json={"message": "hi"})
+    assert response.status_code == 429
+    assert "retry-after" not in response.headers
+    assert response.json()["error"]["code"] == "rate_limited"
+
+
+def test_an_upstream_500_is_one_attempt(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    upstream.script(MAIN_MODEL, Reply(status=500))
+    response = client.post("/chat", json={"message": "hi"})
+    assert response.status_code == 502
+    assert response.json() == {
+        "error": {"code": "upstream_error", "message": Containing("scripted 500"),
+                  "upstream_status": 500}
+    }
+    assert len(upstream.received(MAIN_MODEL)) == 1
+    wait_agents_idle(client)
+    assert len(upstream.received(AGENT_MODEL)) == 1
