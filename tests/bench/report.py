@@ -1,0 +1,254 @@
+"""The results: a markdown table per section, the target checks, results.json and the plot."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TARGET_LABELS = {
+    "direct": "upstream direct",
+    "kvmem_off": "kvmem, agent off",
+    "kvmem_on": "kvmem, agent on",
+    "litellm_proxy": "LiteLLM proxy",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One target from the issue, evaluated on this run's numbers."""
+
+    name: str
+    measured: str
+    limit: str
+    passed: bool
+
+    def as_json(self) -> dict[str, Any]:
+        """The check in results.json."""
+        return {"name": self.name, "measured": self.measured, "limit": self.limit,
+                "result": "PASS" if self.passed else "MISS"}
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    """A number for a table cell."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "n/a"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    # A literal | inside a cell would split it.
+    lines += ["| " + " | ".join(fmt(cell).replace("|", "\\|") for cell in row) + " |"
+              for row in rows]
+    return "\n".join(lines)
+
+
+def label(name: str) -> str:
+    """A target's name for people."""
+    return TARGET_LABELS.get(name, name)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """Every section's table and the checks, as one markdown document."""
+    sections = results["sections"]
+    meta = results["meta"]
+    out = [
+        f"# kvmem benchmark ({meta['mode']} run)",
+        "",
+        f"{meta['machine']}; upstream latency {meta['upstream']['main_latency_ms']:g} ms "
+        f"(agent model {meta['upstream']['agent_latency_ms']:g} ms), streamed answers of "
+        f"{meta['upstream']['chunks']} chunks {meta['upstream']['chunk_delay_ms']:g} ms apart; "
+        f"kvmem {meta['versions']['kvmem']}, litellm {meta['versions']['litellm']}; "
+        f"{meta['duration_s']:.0f} s.",
+    ]
+    other = meta["other_cpu"]
+    share = other["share_of_machine"]
+    out.append(f"Other processes used {other['cpu_seconds']:.0f} CPU-seconds during the run "
+               f"({100 * share:.0f}% of the machine).")
+    if share > 0.05:
+        out.append("**Other work ran on this machine during the run: absolute numbers are "
+                   "noisier than on an idle machine; comparisons within the run hold best.**")
+    latency = sections["latency"]
+    for concurrency in ("c1", "c32"):
+        rows = [
+            [label(name), row["n"], row["p50_ms"], row["p99_ms"], row["rps"],
+             row["added_p50_ms"], row["added_p99_ms"], row["server_cpu_ms_per_request"],
+             row["errors"]]
+            for name, row in latency[concurrency].items()
+        ]
+        out += ["", f"## 1. Added latency, non-streamed, concurrency {concurrency[1:]}", "",
+                table(["target", "n", "p50 ms", "p99 ms", "req/s", "added p50 ms",
+                       "added p99 ms", "server CPU ms/req", "errors"], rows)]
+    streaming = sections["streaming"]["c1"]
+    rows = [
+        [label(name), row["n"], row["ttfb_p50_ms"], row["ttfb_p99_ms"], row["added_ttfb_p50_ms"],
+         row["added_ttfb_p99_ms"], row["ttlb_p50_ms"], row["ttlb_p99_ms"],
+         row["added_ttlb_p50_ms"], row["added_ttlb_p99_ms"], row["server_cpu_ms_per_request"],
+         row["errors"]]
+        for name, row in streaming.items()
+    ]
+    out += ["", "## 2. Streaming, concurrency 1 (time to first / last byte)", "",
+            table(["target", "n", "TTFB p50", "TTFB p99", "added TTFB p50", "added TTFB p99",
+                   "TTLB p50", "TTLB p99", "added TTLB p50", "added TTLB p99",
+                   "server CPU ms/req", "errors"], rows)]
+    rows = [
+        [size, row["n"], row["p50_ms"], row["p99_ms"], row["snapshot_p50_ms"],
+         row["render_p50_ms"], row["cold_p50_ms"], row["cold_p99_ms"],
+         row["cold_snapshot_p50_ms"], row["block_chars"]]
+        for size, row in sections["memory_path"].items()
+    ]
+    out += ["", "## 3. Memory path in-process: snapshot + entries_within + render_memory_block",
+            "", "warm: the same store reads an unchanged user again (the common case); cold: "
+            "a new store for each read, nothing reused (first read after a change).", "",
+            table(["entries", "n", "warm p50 ms", "warm p99 ms", "snapshot p50 ms",
+                   "render p50 ms", "cold p50 ms", "cold p99 ms", "cold snapshot p50 ms",
+                   "block chars"], rows)]
+    rows = []
+    for backend, by_writers in sections["writes"].items():
+        if by_writers is None:
+            continue
+        for row in by_writers.values():
+            rows.append([backend, row["writers"], row["n"], row["puts_per_s"], row["p50_ms"],
+                         row["p99_ms"], row["errors"]])
+    out += ["", "## 4. Memory writes: REST PUT /memory/{key}", "",
+            table(["database", "writers", "PUTs", "PUTs/s", "p50 ms", "p99 ms", "errors"], rows)]
+    if sections["writes"].get("postgresql") is None:
+        out.append("\n(PostgreSQL: not measured; set KVMEM_BENCH_POSTGRES_URL to include it.)")
+    bound = sections["agent_bound"]
+    out += ["", "## 5. Agent bound: main response end to agent cancellation (agent model hangs)",
+            "", table(["requests", "concurrency", "grace s", "max ms", "p50 ms", "p99 ms",
+                       "never cancelled", "within grace + 100 ms"],
+                      [[bound["requests"], bound["concurrency"], bound["grace_seconds"],
+                        bound["max_ms"], bound["p50_ms"], bound["p99_ms"],
+                        bound["never_cancelled"], "yes" if bound["within_bound"] else "NO"]])]
+    foot = sections["footprint"]
+    soak = foot["soak"]
+    startup = foot["startup"]
+    listing = foot["memory_list"]
+    rows = [
+        ["RSS after warm-up", f"{soak['rss_after_warmup_mib']:.1f} MiB"],
+        [f"RSS after {soak['load_seconds']:g} s of mixed load ({soak['load_requests']} requests)",
+         f"{soak['rss_after_load_mib']:.1f} MiB"],
+        ["RSS growth (end minus start / fitted slope)",
+         f"{soak['growth_mib_per_min']:+.2f} / {soak['fitted_growth_mib_per_min']:+.2f} MiB/min"],
+        [f"`kvmem memory list` wall time (median of {listing['runs']})",
+         f"{listing['median_ms']:.0f} ms"],
+        [f"server start to ready (median of {len(startup['runs_s'])}; first run migrates a new db)",
+         f"{startup['median_s'] * 1000:.0f} ms"],
+        ["LiteLLM proxy start to ready (for comparison)",
+         f"{startup['litellm_proxy_s'] * 1000:.0f} ms" if startup.get("litellm_proxy_s") else "-"],
+    ]
+    out += ["", "## 6. Footprint", "", table(["metric", "value"], rows)]
+    rows = [[c["name"], c["measured"], c["limit"], c["result"]] for c in results["targets"]]
+    out += ["", "## Targets", "", table(["target", "measured", "limit", "result"], rows), ""]
+    return "\n".join(out)
+
+
+def checks(sections: dict[str, Any], quick: bool = False) -> list[Check]:
+    """The issue's targets, as ratios and comparisons within this run."""
+    c1 = sections["latency"]["c1"]
+    c32 = sections["latency"]["c32"]
+    off, on, proxy = c1["kvmem_off"], c1["kvmem_on"], c1["litellm_proxy"]
+    found: list[Check] = []
+    found.append(Check(
+        "kvmem added p50 at c=1 <= half of the proxy's",
+        f"{off['added_p50_ms']:.2f} ms vs proxy {proxy['added_p50_ms']:.2f} ms "
+        f"(ratio {_ratio(off['added_p50_ms'], proxy['added_p50_ms'])})",
+        "ratio <= 0.50", off["added_p50_ms"] <= 0.5 * proxy["added_p50_ms"],
+    ))
+    found.append(Check(
+        "kvmem p99 at c=1 <= proxy p99",
+        f"{off['p99_ms']:.2f} ms vs {proxy['p99_ms']:.2f} ms", "<=",
+        off["p99_ms"] <= proxy["p99_ms"],
+    ))
+    found.append(Check(
+        "kvmem req/s at c=32 >= proxy's",
+        f"{c32['kvmem_off']['rps']:.0f} vs {c32['litellm_proxy']['rps']:.0f} req/s "
+        f"(ratio {_ratio(c32['kvmem_off']['rps'], c32['litellm_proxy']['rps'])})",
+        "ratio >= 1.00", c32["kvmem_off"]["rps"] >= c32["litellm_proxy"]["rps"],
+    ))
+    streaming = sections["streaming"]["c1"]
+    worst_ttfb = max(streaming["kvmem_off"]["added_ttfb_p50_ms"],
+                     streaming["kvmem_on"]["added_ttfb_p50_ms"])
+    found.append(Check(
+        "kvmem streaming added TTFB p50 <= 5 ms (agent off and on)",
+        f"off {streaming['kvmem_off']['added_ttfb_p50_ms']:.2f} ms, "
+        f"on {streaming['kvmem_on']['added_ttfb_p50_ms']:.2f} ms", "<= 5 ms", worst_ttfb <= 5.0,
+    ))
+    diffs = [a - b for a, b in zip(on["round_p50s_ms"], off["round_p50s_ms"], strict=False)]
+    noise = max(0.5, 2 * statistics.stdev(diffs) / math.sqrt(len(diffs))) if len(diffs) > 1 else 0.5
+    difference = on["p50_ms"] - off["p50_ms"]
+    found.append(Check(
+        "agent on: p50 at c=1 within noise of agent off",
+        f"{difference:+.2f} ms", f"<= {noise:.2f} ms (2 SE of paired round p50s, min 0.5)",
+        difference <= noise,
+    ))
+    for kind, field in (("warm", "p50_ms"), ("cold", "cold_p50_ms")):
+        block = sections["memory_path"]["200"][field]
+        found.append(Check(f"memory block for 200 entries p50 < 1 ms ({kind})",
+                           f"{block:.3f} ms", "< 1 ms", block < 1.0))
+    for backend, by_writers in sections["writes"].items():
+        if by_writers is None:
+            continue
+        p99 = by_writers["50"]["p99_ms"]
+        found.append(Check(f"50 concurrent writers p99 < 50 ms ({backend})", f"{p99:.2f} ms",
+                           "< 50 ms", p99 < 50.0 and by_writers["50"]["errors"] == 0))
+    bound = sections["agent_bound"]
+    found.append(Check(
+        "agent cancelled within grace + 100 ms of the main response end",
+        f"max {bound['max_ms']:.1f} ms, never cancelled {bound['never_cancelled']}",
+        f"<= {bound['bound_ms']:.0f} ms", bound["within_bound"],
+    ))
+    growth = sections["footprint"]["soak"]["fitted_growth_mib_per_min"]
+    soak_note = " (a quick run's soak is too short to judge)" if quick else ""
+    found.append(Check("RSS growth under load ~0", f"{growth:+.2f} MiB/min",
+                       "abs(growth) <= 1 MiB/min" + soak_note, abs(growth) <= 1.0))
+    return found
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b and not math.isnan(b) else "n/a"
+
+
+def plot(raw: dict[str, dict[str, list[float]]], path: Path) -> None:
+    """Box plots of the c=1 latencies and streamed TTFB, one box per target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.8), dpi=100)
+    panels = (("latency_c1", "Non-streamed latency, c=1"),
+              ("ttfb_c1", "Streamed time to first byte, c=1"))
+    for axis, (key, title) in zip(axes, panels, strict=True):
+        names = list(raw[key])
+        axis.boxplot([raw[key][name] or [math.nan] for name in names], whis=(1, 99),
+                     showfliers=False)
+        axis.set_xticks(range(1, len(names) + 1), [label(n).replace(", ", "\n") for n in names],
+                        fontsize=8)
+        axis.set_title(title, fontsize=10)
+        axis.set_ylabel("ms")
+        axis.grid(axis="y", alpha=0.3)
+    figure.suptitle("kvmem vs LiteLLM proxy vs upstream direct (whiskers p1-p99)", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def write(results: dict[str, Any], raw: dict[str, Any], out: Path) -> str:
+    """results.json, results.md and latency.png in `out`; the markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2, allow_nan=True) + "\n")
+    text = markdown(results)
+    (out / "results.md").write_text(text)
+    plot(raw, out / "latency.png")
+    return text
