@@ -111,7 +111,8 @@ async def render_http_exception(request: Request, exc: Exception) -> Response:
     else:
         error = NotFound(f"no route {request.method} {request.url.path}")
         headers = None
-    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+    body = openai_error_body(error) if request.url.path.startswith("/v1/") else error.body()
+    return JSONResponse(body, status_code=error.status, headers=headers)
 
 
 async def render_unexpected(request: Request, exc: Exception) -> Response:

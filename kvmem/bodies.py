@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError
@@ -45,16 +46,27 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
+# A `\uD800`-`\uDFFF` escape: JSON allows it, but a lone one is no character at all.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+MAX_PROBLEMS = 5
+
+
 def parse_json(raw: bytes) -> Any:
     """`raw` decoded as UTF-8 JSON, or `BadRequest` saying what is wrong."""
     try:
-        return json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise BadRequest(f"the body is not valid UTF-8 (byte {exc.start})") from exc
     except RecursionError as exc:
         raise BadRequest("the JSON body is nested too deeply") from exc
     except json.JSONDecodeError as exc:
         raise BadRequest(f"malformed JSON body: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    if _SURROGATE_ESCAPE.search(raw):
+        try:  # pairs decode to real characters; a lone surrogate cannot be encoded
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise BadRequest("the JSON body holds a lone surrogate escape (\\uD800-\\uDFFF)") from exc
+    return data
 
 
 def validate(model: type[Body], data: Any) -> Body:
@@ -62,10 +74,13 @@ def validate(model: type[Body], data: Any) -> Body:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
+        errors = exc.errors(include_url=False)
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'body'}: {error['msg']}"
-            for error in exc.errors(include_url=False)
+            f"{'.'.join(str(p) for p in error['loc'])[:100] or 'body'}: {error['msg']}"
+            for error in errors[:MAX_PROBLEMS]
         )
+        if len(errors) > MAX_PROBLEMS:
+            problems += f"; and {len(errors) - MAX_PROBLEMS} more"
         raise BadRequest(f"invalid request body: {problems}") from exc
 
 

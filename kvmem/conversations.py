@@ -60,6 +60,14 @@ def new_conversation_id() -> str:
     return str(uuid.uuid4())
 
 
+def is_conversation_id(value: str) -> bool:
+    """Whether `value` is a conversation id as kvmem makes them (a canonical UUID)."""
+    try:
+        return str(uuid.UUID(value)) == value
+    except ValueError:
+        return False
+
+
 def title_for(message: str) -> str:
     """A conversation's title: its first message, on one line, cut to 80 characters."""
     line = " ".join(message.split())
@@ -158,7 +166,8 @@ class ConversationStore:
 
     @staticmethod
     def _owned(session: Any, user_id: str, conversation_id: str) -> Conversation:
-        row = session.get(Conversation, conversation_id)
+        # Ids are UUIDs; anything else cannot exist (and may not even be storable text).
+        row = session.get(Conversation, conversation_id) if is_conversation_id(conversation_id) else None
         if row is None or row.user_id != user_id:
             # Another user's conversation is answered exactly like a missing one.
             raise NotFound(f"no conversation with id {conversation_id!r}")

@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, event, insert, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
+from sqlalchemy.exc import InterfaceError, InternalError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from kvmem.config import DatabaseConfig
@@ -27,7 +27,8 @@ from kvmem.models import User, utcnow
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 _WRITE = "kvmem_write"
-_MISSING_SCHEMA = {"42P01", "42703"}  # PostgreSQL: undefined_table, undefined_column
+# PostgreSQL: undefined_table, undefined_column, read_only_sql_transaction.
+_UNAVAILABLE_STATES = {"42P01", "42703", "25006"}
 
 
 def create_db_engine(config: DatabaseConfig) -> Engine:
@@ -131,15 +132,13 @@ class Database:
             # Unreachable server, locked or read-only file, full disk, a missing table on
             # SQLite: the store is down, not the request wrong.
             raise StoreUnavailable(f"the memory store is unavailable: {exc.orig}") from exc
-        except ProgrammingError as exc:
-            # PostgreSQL's undefined table/column: a database that was never migrated (or
-            # was damaged) is down too. Other programming errors are bugs and stay 500s.
-            if getattr(exc.orig, "sqlstate", None) not in _MISSING_SCHEMA:
+        except (ProgrammingError, InternalError) as exc:
+            # PostgreSQL's undefined table/column (a database never migrated, or damaged) and
+            # read-only transactions (a standby) mean the store is down too. Other errors of
+            # these kinds are bugs and stay 500s.
+            if getattr(exc.orig, "sqlstate", None) not in _UNAVAILABLE_STATES:
                 raise
-            raise StoreUnavailable(
-                f"the memory store's schema is missing or outdated (run `kvmem db upgrade`): "
-                f"{exc.orig}"
-            ) from exc
+            raise StoreUnavailable(f"the memory store is unavailable: {exc.orig}") from exc
 
     def ping(self) -> bool:
         """Whether the database answers a trivial query."""

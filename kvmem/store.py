@@ -198,6 +198,8 @@ class MemoryStore:
         """Remove the entry at `key` and return it, or `NotFound`; `guard` as for `set`."""
         self.rules.check_key_format(key)
         with self.database.writing() as session:
+            # Every write takes the user's lock first: one lock order for all writers.
+            self.database.lock_user(session, user_id)
             row = _find(session, user_id, key)
             if row is None:
                 raise NotFound(f"no memory with key {key!r}")
@@ -212,6 +214,7 @@ class MemoryStore:
     def clear(self, user_id: str) -> int:
         """Remove all of the user's entries; the number removed."""
         with self.database.writing() as session:
+            self.database.lock_user(session, user_id)
             result = session.execute(delete(MemoryEntry).where(MemoryEntry.user_id == user_id))
             session.execute(_BUMP, {"user_id": user_id})
             return result.rowcount

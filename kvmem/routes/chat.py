@@ -114,6 +114,8 @@ async def chat(request: Request) -> Response:
     body = await read_model(request, ChatRequest, services.config.server.max_body_bytes)
     if not body.message.strip():
         raise BadRequest("message is empty")
+    if "\x00" in body.message:
+        raise BadRequest("message contains a NUL character, which cannot be stored")
     turn = Turn(services, user_id, body)
     await turn.prepare()
     target = services.chat_target

@@ -1,0 +1,449 @@
+"""Bad input on every route that takes a body, a path or headers: each gets its error code,
+nothing is written, no model is called, and the server keeps serving. The memory agent's
+input stays within maxInputTokens whatever the message size."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from kvmem.credentials import KeyStore
+from kvmem.db import Database
+from kvmem.errors import InvalidKey, MemoryFull
+from kvmem.store import MemoryStore
+from kvmem.tokens import TokenCounter
+from tests.conftest import AGENT_MODEL, MAIN_MODEL, LiveServer
+from tests.running import wait_agents_idle
+
+MakeClient = Callable[..., TestClient]
+COMPLETION = {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]}
+# Every route that reads a body, with a body it would accept.
+BODY_ROUTES = [
+    ("PUT", "/memory/k", {"value": "v"}),
+    ("PATCH", "/preferences", {"memories": False}),
+    ("POST", "/chat", {"message": "hi"}),
+    ("POST", "/v1/chat/completions", COMPLETION),
+]
+ROUTE_IDS = ["put", "preferences", "chat", "completions"]
+
+
+class AnyString:
+    """Equal to any string (for messages the fix will word)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and other != ""
+
+    def __repr__(self) -> str:
+        return "<any message>"
+
+
+ANY_MESSAGE: Any = AnyString()
+
+
+def error(path: str, code: str, message: Any, **details: Any) -> dict[str, Any]:
+    """The error body for `path` (OpenAI's `type` and `param` under /v1)."""
+    body = {"code": code, "message": message, **details}
+    if path.startswith("/v1/"):
+        body.setdefault("type", "invalid_request_error")
+        body.setdefault("param", None)
+    return {"error": body}
+
+
+def nothing_changed(client: TestClient, upstream: Any) -> None:
+    """No entry, no conversation, the switch untouched, and no model called."""
+    listing = client.get("/memory").json()
+    assert (listing["memories"], listing["total_tokens"]) == ([], 0)
+    assert client.get("/conversations").json() == {"conversations": []}
+    assert client.get("/preferences").json() == {"memories": True}
+    assert upstream.requests == []
+
+
+@pytest.fixture
+def client(make_client: MakeClient, chat_sections: Any) -> TestClient:
+    return make_client(**chat_sections(server={"max_body_bytes": 1000}))
+
+
+# --- size ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path", "good"), BODY_ROUTES, ids=ROUTE_IDS)
+def test_a_body_over_the_limit_is_413_declared_or_chunked(
+    client: TestClient, upstream: Any, method: str, path: str, good: dict[str, Any]
+) -> None:
+    padded = {**good, "pad": "x" * 2000} if path.startswith("/v1/") else None
+    declared = json.dumps(padded or {**good, next(iter(good)): "x" * 2000}).encode()
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(declared), 300):
+            yield declared[start : start + 300]
+
+    first = client.request(method, path, content=declared)
+    second = client.request(method, path, content=chunks())
+    assert (first.status_code, first.json()) == (413, error(
+        path, "body_too_large", f"the request body is {len(declared)} bytes; the limit is 1000"))
+    assert (second.status_code, second.json()) == (413, error(
+        path, "body_too_large", "the request body is over the limit of 1000 bytes"))
+    nothing_changed(client, upstream)
+
+
+def test_a_10_mb_value_is_413_by_default_and_422_under_a_raised_limit(
+    make_client: MakeClient, upstream: Any
+) -> None:
+    value = "x" * (10 * 1024 * 1024)
+    default = make_client()
+    refused = default.put("/memory/k", json={"value": value})
+    assert (refused.status_code, refused.json()) == (413, error(
+        "/memory/k", "body_too_large", "the request body is 10485772 bytes; the limit is 1048576"))
+    raised = make_client(server={"max_body_bytes": 11 * 1024 * 1024})
+    too_long = raised.put("/memory/k", json={"value": value})
+    assert (too_long.status_code, too_long.json()) == (422, error(
+        "/memory/k", "value_too_long", "the value is 10485760 characters; the limit is 10000",
+        char_limit=10000, length=10485760))
+    for client in (default, raised):
+        assert client.get("/memory").json()["memories"] == []
+
+
+# --- shape and encoding ---------------------------------------------------------------------
+
+DEEP = [
+    ("arrays", b"[" * 100_000),
+    ("objects", b'{"a":' * 100_000),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "good"), BODY_ROUTES, ids=ROUTE_IDS)
+@pytest.mark.parametrize(("kind", "content"), DEEP, ids=[k for k, _ in DEEP])
+def test_deeply_nested_json_is_400(
+    make_client: MakeClient, chat_sections: Any, upstream: Any,
+    method: str, path: str, good: Any, kind: str, content: bytes,
+) -> None:
+    client = make_client(**chat_sections())
+    response = client.request(method, path, content=content)
+    assert (response.status_code, response.json()) == (
+        400, error(path, "bad_request", "the JSON body is nested too deeply"))
+    nothing_changed(client, upstream)
+
+
+INVALID_UTF8 = [
+    ("a stray byte", b"\xff", 13),
+    ("an overlong slash", b"\xc0\xaf", 13),
+    ("an encoded surrogate", b"\xed\xa0\x80", 13),
+    ("a cut sequence", b"\xe2\x82", 13),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "good"), BODY_ROUTES, ids=ROUTE_IDS)
+@pytest.mark.parametrize(("kind", "bad", "at"), INVALID_UTF8, ids=[k for k, _, _ in INVALID_UTF8])
+def test_invalid_utf8_is_400(
+    make_client: MakeClient, chat_sections: Any, upstream: Any,
+    method: str, path: str, good: Any, kind: str, bad: bytes, at: int,
+) -> None:
+    client = make_client(**chat_sections())
+    content = b'{"message": "' + bad + b'"}'
+    response = client.request(method, path, content=content)
+    assert (response.status_code, response.json()) == (
+        400, error(path, "bad_request", f"the body is not valid UTF-8 (byte {at})"))
+    nothing_changed(client, upstream)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "content"),
+    [
+        ("PUT", "/memory/k", b'{"value": "a\\ud800b"}'),
+        ("PUT", "/memory/k", b'{"value": "\\udfff"}'),
+        ("PATCH", "/preferences", b'{"memories": true, "\\ud800": 1}'),
+        ("POST", "/chat", b'{"message": "hi \\ud83d"}'),
+        ("POST", "/chat", b'{"message": "hi", "conversation_id": "\\udc00"}'),
+        ("POST", "/v1/chat/completions",
+         b'{"model": "openai/main-model", "messages": [{"role": "user", "content": "\\ud800"}]}'),
+    ],
+    ids=["value", "value-low-half", "preferences-field", "chat-message", "chat-conversation-id",
+         "completions-message"],
+)
+def test_a_lone_surrogate_escape_is_400(
+    make_client: MakeClient, chat_sections: Any, upstream: Any, method: str, path: str,
+    content: bytes,
+) -> None:
+    """JSON can spell half a UTF-16 pair (`\\ud800`); no UTF-8 text holds it, so it is a bad
+    request like invalid UTF-8, refused before any model call or write."""
+    client = make_client(**chat_sections())
+    response = client.request(method, path, content=content)
+    assert (response.status_code, response.json()) == (400, error(path, "bad_request", ANY_MESSAGE))
+    nothing_changed(client, upstream)
+
+
+def test_a_valid_surrogate_pair_escape_is_an_ordinary_character(client: TestClient) -> None:
+    response = client.put("/memory/k", content=b'{"value": "smile \\ud83d\\ude00"}')
+    assert (response.status_code, response.json()["memory"]["value"]) == (201, "smile \U0001f600")
+
+
+CHAT_WRONG_TYPES = [
+    ({"message": 5}, "message: Input should be a valid string"),
+    ({"message": None}, "message: Input should be a valid string"),
+    ({"message": ["hi"]}, "message: Input should be a valid string"),
+    ({}, "message: Field required"),
+    ({"message": "hi", "conversation_id": 7}, "conversation_id: Input should be a valid string"),
+    ({"message": "hi", "max_turns": "3"}, "max_turns: Input should be a valid integer"),
+    ({"message": "hi", "max_turns": -1}, "max_turns: Input should be greater than or equal to 0"),
+    ({"message": "hi", "max_turns": 1.5}, "max_turns: Input should be a valid integer"),
+    ({"message": "hi", "max_turns": True}, "max_turns: Input should be a valid integer"),
+    ({"message": "hi", "memory": "yes"}, "memory: Input should be a valid boolean"),
+    ({"message": "hi", "stream": 1}, "stream: Input should be a valid boolean"),
+    ({"message": "hi", "user": "bob"}, "user: Extra inputs are not permitted"),
+    (["hi"], "body: Input should be a valid dictionary or instance of ChatRequest"),
+    ("hi", "body: Input should be a valid dictionary or instance of ChatRequest"),
+    (3, "body: Input should be a valid dictionary or instance of ChatRequest"),
+]
+
+
+@pytest.mark.parametrize(("body", "problem"), CHAT_WRONG_TYPES)
+def test_chat_bodies_of_the_wrong_types_are_400(
+    client: TestClient, upstream: Any, body: Any, problem: str
+) -> None:
+    response = client.post("/chat", json=body)
+    assert (response.status_code, response.json()) == (
+        400, error("/chat", "bad_request", f"invalid request body: {problem}"))
+    nothing_changed(client, upstream)
+
+
+COMPLETION_WRONG_TYPES = [
+    (["x"], "the body must be a JSON object", None),
+    ({"model": 5, "messages": []}, "'model' is required and must be a string", "model"),
+    ({**COMPLETION, "messages": []}, "'messages' must be a non-empty array", "messages"),
+    ({**COMPLETION, "messages": "hi"}, "'messages' must be a non-empty array", "messages"),
+    ({**COMPLETION, "messages": [{"content": "x"}]}, "messages[0] must be an object with a 'role'",
+     "messages[0]"),
+    ({**COMPLETION, "messages": [{"role": 1}]}, "messages[0] must be an object with a 'role'",
+     "messages[0]"),
+    ({**COMPLETION, "stream": "yes"}, "'stream' must be a boolean", "stream"),
+]
+
+
+@pytest.mark.parametrize(("body", "message", "param"), COMPLETION_WRONG_TYPES)
+def test_completion_bodies_of_the_wrong_types_are_400(
+    client: TestClient, upstream: Any, body: Any, message: str, param: str | None
+) -> None:
+    response = client.post("/v1/chat/completions", json=body)
+    assert (response.status_code, response.json()) == (400, {"error": {
+        "code": "bad_request", "message": message, "type": "invalid_request_error", "param": param}})
+    nothing_changed(client, upstream)
+
+
+@pytest.mark.parametrize(("method", "path", "good"), BODY_ROUTES[:3], ids=ROUTE_IDS[:3])
+def test_ten_thousand_unknown_fields_are_400_with_a_bounded_answer(
+    make_client: MakeClient, chat_sections: Any, upstream: Any, method: str, path: str, good: Any
+) -> None:
+    client = make_client(**chat_sections())
+    body = {**good, **{f"f{i}": i for i in range(10_000)}}
+    content = json.dumps(body).encode()
+    response = client.request(method, path, content=content)
+    assert response.status_code == 400
+    assert response.json() == error(path, "bad_request", ANY_MESSAGE)
+    assert response.json()["error"]["message"].startswith(
+        "invalid request body: f0: Extra inputs are not permitted")
+    # An error names the problem; it does not echo every field back (a 145 KB body should
+    # not buy a 390 KB answer).
+    assert len(response.content) <= 4096, f"a {len(response.content)}-byte error body"
+    nothing_changed(client, upstream)
+
+
+def test_an_import_of_ten_thousand_keys_is_all_or_nothing(
+    make_store: Callable[..., MemoryStore], tokens: TokenCounter
+) -> None:
+    store = make_store(tokenLimit=15_000)
+    items = [(f"k{i:05d}", "hello") for i in range(10_000)]
+    with pytest.raises(InvalidKey):
+        store.import_entries("alice", [*items, ("Bad", "x")])
+    with pytest.raises(MemoryFull):
+        store.import_entries("alice", [*items, *((f"j{i:05d}", "hello") for i in range(5_001))])
+    assert store.snapshot("alice").entries == ()
+    assert store.import_entries("alice", items) == 10_000
+    snapshot = store.snapshot("alice")
+    assert (len(snapshot.entries), snapshot.total_tokens) == (10_000, 10_000)
+
+
+# --- NUL characters -------------------------------------------------------------------------
+
+
+def test_a_nul_in_a_chat_message_is_refused_or_kept_exactly(
+    client: TestClient, upstream: Any
+) -> None:
+    """No 500 whatever the database: either a 400 before any model call, or the turn stored
+    with the message exactly as sent."""
+    message = "before\x00after"
+    response = client.post("/chat", json={"message": message})
+    if response.status_code == 400:
+        assert response.json() == error("/chat", "bad_request", ANY_MESSAGE)
+        nothing_changed(client, upstream)
+        return
+    assert response.status_code == 200, response.text
+    conversation = client.get(f"/conversations/{response.json()['conversation_id']}").json()
+    assert [m["content"] for m in conversation["messages"]] == [message, "ok"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_nul_in_a_conversation_id_is_404_like_any_unknown_id(
+    client: TestClient, upstream: Any, stream: bool
+) -> None:
+    for conversation_id in ("\x00", "abc\x00def", "\x00" * 36):
+        response = client.post("/chat", json={"message": "hi", "conversation_id": conversation_id,
+                                              "stream": stream})
+        assert (response.status_code, response.json()) == (404, error(
+            "/chat", "not_found", f"no conversation with id {conversation_id!r}"))
+    for path in ("/conversations/%00", "/conversations/abc%00def"):
+        conversation_id = path.removeprefix("/conversations/").replace("%00", "\x00")
+        for method in ("GET", "DELETE"):
+            response = client.request(method, path)
+            assert (response.status_code, response.json()) == (404, error(
+                path, "not_found", f"no conversation with id {conversation_id!r}"))
+    nothing_changed(client, upstream)
+
+
+# --- keys in paths --------------------------------------------------------------------------
+
+PATH_KEYS = [
+    ("%61bc", 201, "abc"),  # percent-encoded ASCII is the plain key
+    ("caf%C3%A9", 422, "café"),
+    ("%EF%BD%81", 422, "ａ"),  # fullwidth a: never folded to "a"
+    ("%E2%84%AA", 422, "\u212a"),  # the Kelvin sign, which lower-cases to "k"
+    ("k%CC%81", 422, "k\u0301"),  # k + combining acute
+    ("abc%0A", 422, "abc\n"),
+    ("abc%20", 422, "abc "),
+    ("%20abc", 422, " abc"),
+    ("%00", 422, "\x00"),
+    ("%", 422, "%"),
+    ("%zz", 422, "%zz"),
+    ("%ff", 422, "\ufffd"),
+    ("a" * 129, 422, "a" * 129),
+    ("%C3%A9" * 1000, 422, "é" * 1000),
+    ("nothing", 422, "nothing"),
+]
+
+
+@pytest.mark.parametrize(("segment", "status", "key"), PATH_KEYS)
+def test_unicode_and_percent_encoded_keys_in_paths(
+    client: TestClient, segment: str, status: int, key: str
+) -> None:
+    put = client.put(f"/memory/{segment}", json={"value": "v"})
+    get = client.get(f"/memory/{segment}")
+    delete = client.delete(f"/memory/{segment}")
+    listing = client.get("/memory").json()["memories"]
+    if status == 201:
+        assert (put.status_code, get.json()["key"], delete.status_code) == (201, key, 204)
+        assert listing == []
+        return
+    invalid = error("/memory/k", "invalid_key", (
+        f"invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
+        "starts with a letter, and is not 'nothing'"))
+    for response in (put, get, delete):
+        assert (response.status_code, response.json()) == (status, invalid)
+    assert listing == []
+
+
+def test_an_encoded_slash_is_another_path_not_a_key(client: TestClient) -> None:
+    response = client.put("/memory/a%2Fb", json={"value": "v"})
+    assert (response.status_code, response.json()) == (404, error(
+        "/memory/a/b", "not_found", "no route PUT /memory/a/b"))
+    assert client.get("/memory").json()["memories"] == []
+
+
+# --- headers (a real server: the HTTP parser is uvicorn's) ----------------------------------
+
+SERVICE_KEY = "svc-bad-input-key"
+
+
+@pytest.fixture
+def server(make_server: Callable[..., LiveServer], database: Database) -> LiveServer:
+    return make_server(auth={"mode": "keys", "service_keys": [SERVICE_KEY]})
+
+
+def as_service(user: str = "alice") -> dict[str, str]:
+    return {"Authorization": f"Bearer {SERVICE_KEY}", "X-User-Id": user}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-Big": "a" * 65_536},
+        {"X-Big": "a" * 1_000_000},
+        {f"X-Header-{i}": "v" for i in range(10_000)},
+        {"Cookie": "; ".join(f"c{i}=v" for i in range(20_000))},
+    ],
+    ids=["64KB", "1MB", "10k-headers", "20k-cookies"],
+)
+def test_oversized_headers_never_500_and_the_server_keeps_serving(
+    server: LiveServer, headers: dict[str, str]
+) -> None:
+    with httpx.Client(base_url=server.url, timeout=20) as http:
+        try:
+            response = http.get("/memory", headers={**as_service(), **headers})
+        except httpx.TransportError:
+            response = None  # a server may also just close the connection
+        if response is not None:
+            assert response.status_code < 500
+            if response.status_code == 200:
+                assert response.json()["memories"] == []
+        put = http.put("/memory/k", json={"value": "v"}, headers=as_service())
+        assert put.status_code == 201
+        assert http.get("/healthz").json()["status"] == "ok"
+
+
+def test_a_huge_user_id_header_is_400_with_a_bounded_message(server: LiveServer) -> None:
+    with httpx.Client(base_url=server.url, timeout=20) as http:
+        response = http.get("/memory", headers=as_service("a" * 100_000))
+        assert (response.status_code, response.json()) == (400, {"error": {
+            "code": "bad_request",
+            "message": f"invalid user id {'a' * 140!r}: use 1-128 characters of A-Z, a-z, 0-9, . _ @ -",
+        }})
+        wrong_key = http.get("/memory", headers={"Authorization": "Bearer " + "k" * 200_000})
+        assert wrong_key.status_code == 401
+        assert http.get("/memory", headers=as_service()).status_code == 200
+
+
+def test_a_huge_request_line_is_refused_and_the_server_keeps_serving(server: LiveServer) -> None:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /memory/" + b"a" * 200_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = sock.recv(64)
+    assert answer.startswith(b"HTTP/1.1 4"), answer
+    with httpx.Client(base_url=server.url, timeout=20) as http:
+        assert http.get("/memory", headers=as_service()).status_code == 200
+
+
+# --- the memory agent's input ---------------------------------------------------------------
+
+
+# aiohttp (under litellm) warns about any request body over 1 MB; the 5 MB message must go
+# upstream all the same.
+@pytest.mark.filterwarnings("ignore:Sending a large body directly:ResourceWarning")
+def test_the_agent_reads_at_most_max_input_tokens_of_a_5_mb_message(
+    make_client: MakeClient, chat_sections: Any, upstream: Any, tokens: TokenCounter,
+    database: Database,
+) -> None:
+    client = make_client(**chat_sections(server={"max_body_bytes": 6_000_000}))
+    tail = "and please remember that I drink green tea"
+    message = ("Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 90_000)[:5_000_000]
+    message += tail
+    assert len(message.encode()) > 5_000_000
+    response = client.post("/chat", json={"message": message})
+    assert response.status_code == 200, response.text[:300]
+    wait_agents_idle(client, timeout=30)
+
+    (agent,) = upstream.received(AGENT_MODEL)
+    prompt = agent.messages[1]["content"]
+    chat = prompt.split("# Current Chat:\n", 1)[1]
+    assert 11_000 <= tokens.count(chat) <= 12_000  # maxInputTokens' default
+    assert chat.endswith(tail)
+    assert ("Human: " + message).endswith(chat)
+    assert len(json.dumps(agent.body)) < 200_000
+    # The main model gets the whole message, and the turn is stored whole.
+    assert upstream.received(MAIN_MODEL)[0].messages[-1] == {"role": "user", "content": message}
+    stored = client.get(f"/conversations/{response.json()['conversation_id']}").json()
+    assert stored["messages"][0]["content"] == message
+    assert KeyStore(database).list() == []  # (nothing else was written on the way)

@@ -1,0 +1,616 @@
+"""Isolation: with two users (and a service key), no route, method or CLI command lets one of
+them read, change, count or learn of the other's memory, conversations or preferences; and a
+hypothesis fuzz run over the HTTP API finds no 500, no stray error shape and no cross-user read.
+
+Long fuzz mode: KVMEM_FUZZ_EXAMPLES=5000 (default 200, derandomized; any explicit count
+draws fresh random examples each run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+from kvmem.credentials import KeyStore
+from kvmem.db import Database
+from tests.conftest import AGENT_MODEL, MAIN_MODEL
+from tests.running import set_memory, sse_events, wait_agents_idle
+from tests.test_cli import Result, run_all
+from tests.upstream import Reply
+
+SERVICE_KEY = "svc-isolation-5b0c9e1d7a"
+KEYS_AUTH = {"mode": "keys", "service_keys": [SERVICE_KEY]}
+TOKEN_LIMIT = 100
+# Upstream requests say whose they are: kvmem fills the placeholder with the request's user.
+USER_HEADER = {"X-Kvmem-User": "{{KVMEM_USER_ID}}"}
+
+# Marker strings that only alice's data holds (values, messages, replies).
+ALICE_DIARY = "alice-diary-QX7V-zebra"
+ALICE_HEALTH = "alice-health-JK2P-otter"
+ALICE_SAYS = "alice-says-WM4R-heron"
+ALICE_HEARS = "alice-hears-TB9L-lynx"
+ALICE_MARKERS = (ALICE_DIARY, ALICE_HEALTH, ALICE_SAYS, ALICE_HEARS)
+BOB_FACT = "bob-fact-HN3D-gecko"
+
+
+def bearer(secret: str, **headers: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}", **headers}
+
+
+def service(user: str) -> dict[str, str]:
+    return bearer(SERVICE_KEY, **{"X-User-Id": user})
+
+
+def raw(response: Any) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Everything a client sees of a response."""
+    return response.status_code, sorted(response.headers.multi_items()), response.content
+
+
+def without_echo(response: Any, echoed: str, stand_in: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    """The response with the echoed id replaced (ids of equal length keep content-length)."""
+    assert len(echoed) == len(stand_in)
+    status, headers, content = raw(response)
+    return status, headers, content.replace(echoed.encode(), stand_in.encode())
+
+
+def not_found_key(key: str) -> dict[str, Any]:
+    return {"error": {"code": "not_found", "message": f"no memory with key {key!r}"}}
+
+
+def not_found_conversation(conversation_id: str) -> dict[str, Any]:
+    return {"error": {"code": "not_found", "message": f"no conversation with id {conversation_id!r}"}}
+
+
+def compact(body: Any) -> bytes:
+    """A JSON body as kvmem sends it."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def listing(memories: list[dict[str, Any]], total: int) -> dict[str, Any]:
+    return {
+        "memories": memories,
+        "total_tokens": total,
+        "token_limit": TOKEN_LIMIT,
+        "char_limit": 10000,
+        "usage_percentage": round(100 * total / TOKEN_LIMIT, 1),
+        "valid_keys": None,
+        "enabled": True,
+    }
+
+
+@dataclass
+class World:
+    """Two users with keys; alice has memory, a conversation and memory turned off."""
+
+    client: TestClient
+    upstream: Any
+    keys: KeyStore
+    alice: dict[str, str]
+    bob_key: str
+    conversation: str
+    alice_view: dict[str, Any] = field(default_factory=dict)
+
+    def view_of_alice(self) -> dict[str, Any]:
+        """Everything alice can read, byte for byte."""
+        paths = ["/memory", "/memory/diary", "/memory/health", "/preferences", "/conversations",
+                 f"/conversations/{self.conversation}"]
+        return {path: raw(self.client.get(path, headers=self.alice)) for path in paths}
+
+
+@pytest.fixture
+def world(make_client: Callable[..., TestClient], chat_sections: Any, upstream: Any,
+          database: Database) -> World:
+    client = make_client(**chat_sections(auth=KEYS_AUTH, memory={"tokenLimit": TOKEN_LIMIT},
+                                         chat={"headers": USER_HEADER},
+                                         agent={"headers": USER_HEADER}))
+    keys = KeyStore(database)
+    _, alice_key = keys.create("alice")
+    _, bob_key = keys.create("bob")
+    alice = bearer(alice_key)
+    assert client.put("/memory/diary", json={"value": ALICE_DIARY}, headers=alice).status_code == 201
+    assert client.put("/memory/health", json={"value": ALICE_HEALTH}, headers=alice).status_code == 201
+    upstream.script(MAIN_MODEL, Reply(content=ALICE_HEARS))
+    chat = client.post("/chat", json={"message": ALICE_SAYS}, headers=alice)
+    assert chat.status_code == 200, chat.text
+    wait_agents_idle(client)
+    assert client.patch("/preferences", json={"memories": False}, headers=alice).json() == {
+        "memories": False
+    }
+    found = World(client, upstream, keys, alice, bob_key, chat.json()["conversation_id"])
+    found.alice_view = found.view_of_alice()
+    assert found.alice_view["/memory"][0] == 200
+    return found
+
+
+# Every way bob can identify himself, including ones that also name alice where she must be
+# ignored (a forwarded front-end header next to a user key).
+BOB_CREDENTIALS = {
+    "user key": lambda w: bearer(w.bob_key),
+    "user key naming himself": lambda w: bearer(w.bob_key, **{"X-User-Id": "bob"}),
+    "user key, alice forwarded": lambda w: bearer(w.bob_key, **{"X-OpenWebUI-User-Id": "alice"}),
+    "service key": lambda w: service("bob"),
+    "service key, Open WebUI header": lambda w: bearer(SERVICE_KEY, **{"X-OpenWebUI-User-Id": "bob"}),
+}
+
+
+@pytest.mark.parametrize("how", list(BOB_CREDENTIALS))
+def test_memory_routes_never_reach_the_other_user(world: World, how: str) -> None:
+    client, bob = world.client, BOB_CREDENTIALS[how](world)
+
+    # Reads: an empty memory, uncounted; alice's keys answer exactly like keys nobody has.
+    empty = client.get("/memory", headers=bob)
+    assert (empty.status_code, empty.json()) == (200, listing([], 0))
+    for method in ("GET", "DELETE", "HEAD"):
+        hers = client.request(method, "/memory/diary", headers=bob)
+        nobodys = client.request(method, "/memory/dummy", headers=bob)
+        assert without_echo(hers, "'diary'", "'dummy'") == raw(nobodys), method
+        assert hers.status_code == 404
+        if method != "HEAD":
+            assert hers.json() == not_found_key("diary")
+    assert client.get("/preferences", headers=bob).json() == {"memories": True}
+
+    # Writes land in bob's memory: the same key is new for him (201, not 200), and the whole
+    # token limit is his, whatever alice stores.
+    value = " ".join(["hello"] * TOKEN_LIMIT)
+    put = client.put("/memory/diary", json={"value": value}, headers=bob)
+    assert (put.status_code, put.json()["total_tokens"], put.json()["memory"]["value"]) == (
+        201, TOKEN_LIMIT, value)
+    over = client.put("/memory/extra", json={"value": "hello"}, headers=bob)
+    assert (over.status_code, over.json()["error"]["total_tokens"]) == (409, TOKEN_LIMIT)
+    assert client.get("/memory", headers=bob).json()["usage_percentage"] == 100.0
+    assert client.delete("/memory/diary", headers=bob).status_code == 204
+    assert client.delete("/memory/diary", headers=bob).json() == not_found_key("diary")
+    assert client.put("/memory/health", json={"value": "bob's"}, headers=bob).status_code == 201
+    assert client.delete("/memory", headers=bob).json() == {"deleted": 1}
+    assert client.patch("/preferences", json={"memories": True}, headers=bob).json() == {
+        "memories": True
+    }
+    assert client.patch("/preferences", json={"memories": False}, headers=bob).json() == {
+        "memories": False
+    }
+
+    # alice sees exactly what she saw before, timestamps included.
+    assert world.view_of_alice() == world.alice_view
+
+
+@pytest.mark.parametrize("how", list(BOB_CREDENTIALS))
+def test_conversation_routes_never_reach_the_other_user(world: World, how: str) -> None:
+    client, bob, upstream = world.client, BOB_CREDENTIALS[how](world), world.upstream
+    hers, nobodys = world.conversation, str(uuid.uuid4())
+    calls = len(upstream.requests)
+
+    for method, path, body in [
+        ("GET", "/conversations/{}", None),
+        ("DELETE", "/conversations/{}", None),
+        ("POST", "/chat", {"message": "hi", "conversation_id": "{}"}),
+        ("POST", "/chat", {"message": "hi", "conversation_id": "{}", "stream": True}),
+        ("POST", "/chat", {"message": "hi", "conversation_id": "{}", "memory": False}),
+    ]:
+        answers = []
+        for conversation_id in (hers, nobodys):
+            filled = json.loads(json.dumps(body).replace("{}", conversation_id)) if body else None
+            answers.append(client.request(method, path.format(conversation_id), json=filled,
+                                          headers=bob))
+        assert answers[0].status_code == 404
+        assert answers[0].json() == not_found_conversation(hers)
+        assert without_echo(answers[0], hers, nobodys) == raw(answers[1]), (method, path, body)
+
+    assert len(upstream.requests) == calls  # refused before any model call
+    assert client.get("/conversations", headers=bob).json() == {"conversations": []}
+    # bob's own conversation is his alone, and alice's listing does not change.
+    upstream.script(MAIN_MODEL, Reply(content="hello bob"))
+    own = client.post("/chat", json={"message": "bob here"}, headers=bob).json()["conversation_id"]
+    wait_agents_idle(client)
+    assert [c["id"] for c in client.get("/conversations", headers=bob).json()["conversations"]] == [own]
+    assert client.get(f"/conversations/{own}", headers=world.alice).json() == not_found_conversation(own)
+    assert world.view_of_alice() == world.alice_view
+
+
+ROUTES = [
+    ("GET", "/memory", None),
+    ("DELETE", "/memory", None),
+    ("GET", "/memory/diary", None),
+    ("PUT", "/memory/diary", {"value": "overwritten"}),
+    ("DELETE", "/memory/diary", None),
+    ("GET", "/preferences", None),
+    ("PATCH", "/preferences", {"memories": True}),
+    ("POST", "/chat", {"message": "hi"}),
+    ("GET", "/conversations", None),
+    ("GET", "/conversations/{conversation}", None),
+    ("DELETE", "/conversations/{conversation}", None),
+    ("POST", "/v1/chat/completions", {"model": f"openai/{MAIN_MODEL}",
+                                      "messages": [{"role": "user", "content": "hi"}]}),
+    ("GET", "/v1/models", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ROUTES)
+def test_outsiders_learn_nothing_on_any_route(world: World, method: str, path: str, body: Any) -> None:
+    """bob's key naming alice, no key, a wrong key and alice's revoked key: refused, and the
+    refusal is the same whether or not the user they aim at exists."""
+    client, path = world.client, path.format(conversation=world.conversation)
+    revoked_info, revoked = world.keys.create("alice")
+    world.keys.revoke(revoked_info.id)
+    calls = len(world.upstream.requests)
+
+    naming_alice = client.request(method, path, json=body,
+                                  headers=bearer(world.bob_key, **{"X-User-Id": "alice"}))
+    naming_nobody = client.request(method, path, json=body,
+                                   headers=bearer(world.bob_key, **{"X-User-Id": "zelda"}))
+    assert raw(naming_alice) == raw(naming_nobody)
+    assert naming_alice.status_code == 403
+    assert naming_alice.json()["error"]["code"] == "forbidden"
+
+    with_revoked = client.request(method, path, json=body, headers=bearer(revoked))
+    with_unknown = client.request(method, path, json=body,
+                                  headers=bearer("kvm_" + "A" * (len(revoked) - 4)))
+    without_key = client.request(method, path, json=body)
+    assert raw(with_revoked) == raw(with_unknown)
+    assert (with_revoked.status_code, without_key.status_code) == (401, 401)
+    assert with_revoked.json()["error"]["code"] == without_key.json()["error"]["code"] == "unauthorized"
+
+    assert len(world.upstream.requests) == calls
+    assert world.view_of_alice() == world.alice_view
+
+
+def upstream_text(request: Any) -> str:
+    return json.dumps(request.body, ensure_ascii=False)
+
+
+def test_models_never_see_the_other_users_memory(world: World) -> None:
+    """Every way bob chats, on both endpoints: the main model and the agent get bob's memory
+    only, the agent writes bob's memory only, and the upstream is told bob's id."""
+    client, upstream = world.client, world.upstream
+    bob = bearer(world.bob_key)
+    # alice turns memory back on: her block would be injected into anything that is hers.
+    client.patch("/preferences", json={"memories": True}, headers=world.alice)
+    assert client.put("/memory/fact", json={"value": BOB_FACT}, headers=bob).status_code == 201
+    upstream.default(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("diary", "bob's diary")]))
+    before = len(upstream.requests)
+
+    completion = {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]}
+    sent = [
+        client.post("/chat", json={"message": "hi"}, headers=bob),
+        client.post("/chat", json={"message": "hi", "stream": True}, headers=bob),
+        client.post("/chat", json={"message": "hi"}, headers=service("bob")),
+        client.post("/v1/chat/completions", json={**completion, "user": "alice"}, headers=bob),
+        client.post("/v1/chat/completions", json={**completion, "user": "alice"},
+                    headers=service("bob")),
+        client.post("/v1/chat/completions", json={**completion, "user": "bob"},
+                    headers=bearer(SERVICE_KEY)),
+        client.post("/v1/chat/completions", json=completion,
+                    headers=bearer(world.bob_key, **{"X-OpenWebUI-User-Id": "alice"})),
+        client.post("/v1/chat/completions", json={**completion, "stream": True},
+                    headers=bearer(SERVICE_KEY, **{"X-OpenWebUI-User-Id": "bob"})),
+    ]
+    assert [r.status_code for r in sent] == [200] * len(sent)
+    assert sse_events(sent[1].text)[-1][0] == "done"
+    wait_agents_idle(client)
+
+    requests = upstream.requests[before:]
+    mains = [r for r in requests if r.model == MAIN_MODEL]
+    agents = [r for r in requests if r.model == AGENT_MODEL]
+    assert (len(mains), len(agents)) == (8, 8)
+    for request in requests:
+        assert request.headers["x-kvmem-user"] == "bob"
+        for marker in ALICE_MARKERS:
+            assert marker not in upstream_text(request), (request.model, marker)
+    for request in mains:
+        assert BOB_FACT in request.system  # bob's own block is there: the check can fail
+    for request in agents:
+        assert BOB_FACT in request.messages[1]["content"]
+    for response in sent:
+        for marker in ALICE_MARKERS:
+            assert marker not in response.text
+
+    # Every agent write went to bob; alice's diary is still hers, unchanged.
+    assert client.get("/memory/diary", headers=bob).json()["value"] == "bob's diary"
+    assert client.get("/memory/diary", headers=world.alice).json() == json.loads(
+        world.alice_view["/memory/diary"][2])
+    assert client.get("/memory/health", headers=bob).json() == not_found_key("health")
+
+
+# --- the CLI --------------------------------------------------------------------------------
+
+
+def test_cli_memory_commands_with_user_touch_only_that_user(
+    world: World, database_url: str, tmp_path: Path
+) -> None:
+    folder = tmp_path / "cli"
+    folder.mkdir()
+    config = {"database": {"url": database_url}, "memory": {"tokenLimit": TOKEN_LIMIT}}
+    (folder / "memory.yaml").write_text(json.dumps(config), encoding="utf-8")
+    (folder / "bob.json").write_text(
+        json.dumps({"memories": [{"key": "diary", "value": "bob imported"}]}), encoding="utf-8"
+    )
+
+    def commands(*argv: list[str]) -> list[Result]:
+        return run_all([["--config", "memory.yaml", *args] for args in argv], folder)
+
+    reads = commands(
+        ["memory", "list", "--user", "bob"],
+        ["memory", "get", "diary", "--user", "bob"],
+        ["memory", "get", "dummy", "--user", "bob"],
+        ["memory", "export", "--user", "bob"],
+    )
+    assert [(r.code, r.stderr) for r in reads] == [
+        (0, ""),
+        (1, "kvmem: not_found: no memory with key 'diary'\n"),
+        (1, "kvmem: not_found: no memory with key 'dummy'\n"),
+        (0, ""),
+    ]
+    assert reads[0].json() == listing([], 0)
+    assert reads[3].json() == {"user": "bob", "memories": []}
+    assert reads[1].stdout == reads[2].stdout == ""
+
+    deleted, cleared = commands(["memory", "delete", "diary", "--user", "bob"],
+                                ["memory", "clear", "--user", "bob"])
+    assert (deleted.code, deleted.stdout, deleted.stderr) == (
+        1, "", "kvmem: not_found: no memory with key 'diary'\n")
+    assert (cleared.code, cleared.json()) == (0, {"deleted": 0})
+
+    written = commands(["memory", "set", "health", "bob's health", "--user", "bob"])[0]
+    assert (written.code, written.json()["total_tokens"]) == (0, 3)  # alice's tokens not counted
+    imported = commands(["memory", "import", "bob.json", "--replace", "--user", "bob"])[0]
+    assert (imported.code, imported.json()) == (0, {"imported": 1})
+    final = commands(["memory", "list", "--user", "bob"])[0].json()
+    assert [(m["key"], m["value"], m["source"]) for m in final["memories"]] == [
+        ("diary", "bob imported", "import")
+    ]
+    assert world.view_of_alice() == world.alice_view
+
+
+# --- the fuzz run ---------------------------------------------------------------------------
+
+FUZZ_ENV = "KVMEM_FUZZ_EXAMPLES"
+FUZZ_EXAMPLES = int(os.environ.get(FUZZ_ENV) or 200)
+ERROR_CODES = {
+    400: {"bad_request"},
+    401: {"unauthorized"},
+    403: {"forbidden", "memory_disabled", "personalize_disabled"},
+    404: {"not_found", "model_not_found"},
+    405: {"method_not_allowed"},
+    409: {"memory_full"},
+    413: {"body_too_large"},
+    422: {"invalid_key", "key_not_allowed", "empty_value", "value_too_long"},
+}
+FUZZ_USERS = ("alice", "bob")
+VICTIM = "carol"  # seeded, never acted for: must come out of the run untouched
+
+
+@dataclass
+class Cast:
+    """The fuzz run's users: their credentials, their markers, their conversations."""
+
+    credentials: list[tuple[str | None, dict[str, str]]]
+    markers: dict[str, list[str]]
+    conversations: dict[str, str]
+
+
+def marker(user: str, what: str) -> str:
+    return f"{user}-{what}-{uuid.uuid4().hex[:10]}"
+
+
+def cast_of(client: TestClient, upstream: Any, database: Database) -> Cast:
+    keys = KeyStore(database)
+    secrets = {user: keys.create(user)[1] for user in (*FUZZ_USERS, VICTIM)}
+    markers: dict[str, list[str]] = {}
+    conversations = {}
+    for user, secret in secrets.items():
+        own = [marker(user, what) for what in ("value", "said", "heard")]
+        markers[user] = own
+        headers = bearer(secret)
+        assert client.put(f"/memory/secret_{user}", json={"value": own[0]}, headers=headers).status_code == 201
+        assert client.put("/memory/shared", json={"value": own[0]}, headers=headers).status_code == 201
+        upstream.script(MAIN_MODEL, Reply(content=own[2]))
+        chat = client.post("/chat", json={"message": own[1]}, headers=headers)
+        assert chat.status_code == 200, chat.text
+        conversations[user] = chat.json()["conversation_id"]
+    alice, bob = secrets["alice"], secrets["bob"]
+    credentials: list[tuple[str | None, dict[str, str]]] = [
+        ("alice", bearer(alice)),
+        ("bob", bearer(bob)),
+        ("alice", service("alice")),
+        ("bob", service("bob")),
+        ("bob", bearer(bob, **{"X-OpenWebUI-User-Id": "alice"})),
+        ("alice", bearer(SERVICE_KEY, **{"X-OpenWebUI-User-Id": "alice"})),
+        (None, bearer(alice, **{"X-User-Id": "bob"})),
+        (None, bearer("kvm_wrong")),
+        (None, {}),
+    ]
+    return Cast(credentials, markers, conversations)
+
+
+def json_values() -> st.SearchStrategy[Any]:
+    text = st.text(alphabet=st.characters(codec=None, categories=None), max_size=30)
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | text
+    return st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
+        max_leaves=12,
+    )
+
+
+def any_text(max_size: int = 40) -> st.SearchStrategy[str]:
+    """Text of any code points, lone surrogates included (JSON can spell them as \\udXXX)."""
+    # st.text never draws surrogates, so join characters by hand.
+    chars = st.characters() | st.characters(categories=["Cs"])
+    return st.lists(chars, max_size=max_size).map("".join)
+
+
+KNOWN_KEYS = ["diary", "shared", "secret_alice", "secret_bob", "secret_carol", "nothing"]
+PATH_TRICKS = ["%", "%zz", "%00", "%C3%28", "%ED%A0%80", "%2F", "%2e%2e", "..", "%20", "%0A", "a%2Fb"]
+
+
+@st.composite
+def path_segments(draw: Any, known: list[str]) -> str:
+    """A path segment: known names, valid and invalid keys, unicode, long, percent tricks."""
+    text = draw(
+        st.sampled_from(known)
+        | st.from_regex(r"[a-z][a-z0-9_]{0,140}", fullmatch=True)
+        | any_text(20).filter(lambda s: s != "")
+        | st.text(min_size=100, max_size=400)
+    )
+    encoded = quote(text.encode("utf-8", "surrogatepass"), safe="")
+    if draw(st.integers(0, 3)):  # mostly as a client would encode it
+        return encoded
+    trick = draw(st.sampled_from(PATH_TRICKS))
+    return draw(st.sampled_from([trick, encoded + trick, trick + encoded]))
+
+
+@st.composite
+def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
+    """(credentials index, method, path, body) — shaped by the API's schema, then bent."""
+    conversation_ids = [*cast.conversations.values(), str(uuid.uuid4())]
+    route = draw(st.sampled_from(["memory", "key", "key", "key", "preferences", "chat", "chat",
+                                  "conversations", "conversation", "conversation", "completions",
+                                  "models", "healthz"]))
+    path = {
+        "memory": "/memory",
+        "preferences": "/preferences",
+        "chat": "/chat",
+        "conversations": "/conversations",
+        "completions": "/v1/chat/completions",
+        "models": "/v1/models",
+        "healthz": "/healthz",
+    }.get(route)
+    if route == "key":
+        path = "/memory/" + draw(path_segments(KNOWN_KEYS))
+    elif route == "conversation":
+        path = "/conversations/" + draw(path_segments(conversation_ids))
+    usual = {"key": "PUT", "preferences": "PATCH", "chat": "POST", "completions": "POST"}.get(route, "GET")
+    method = draw(st.sampled_from([usual, usual, usual, "GET", "PUT", "DELETE", "PATCH", "POST",
+                                   "HEAD", "OPTIONS"]))
+    shaped = {
+        "key": st.fixed_dictionaries({"value": any_text()}, optional={"source": json_values()}),
+        "preferences": st.fixed_dictionaries({"memories": st.booleans() | json_values()}),
+        "chat": st.fixed_dictionaries(
+            {"message": any_text()},
+            optional={
+                "conversation_id": st.none() | st.sampled_from(conversation_ids) | any_text(),
+                "memory": st.booleans() | json_values(),
+                "stream": st.booleans(),
+                "max_turns": st.none() | st.integers(-2, 4) | json_values(),
+            },
+        ),
+        "completions": st.fixed_dictionaries(
+            {
+                "model": st.sampled_from([f"openai/{MAIN_MODEL}", "gpt-nope"]) | json_values(),
+                "messages": st.lists(
+                    st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant"]),
+                                           "content": any_text()}),
+                    max_size=3,
+                ) | json_values(),
+            },
+            optional={"stream": st.booleans(), "user": st.sampled_from([*FUZZ_USERS, VICTIM])},
+        ),
+    }.get(route, json_values())
+    kind = draw(st.sampled_from(["none", "shaped", "shaped", "shaped", "any", "bytes"]))
+    body: bytes | None
+    if kind == "none":
+        body = None
+    elif kind == "bytes":
+        body = draw(st.binary(max_size=64))
+    else:
+        value = draw(shaped if kind == "shaped" else json_values())
+        body = json.dumps(value, ensure_ascii=True).encode()
+    who = draw(st.integers(0, len(cast.credentials) - 1))
+    return who, method, path, body
+
+
+def route_of(path: str) -> str:
+    """The route a path is meant for, with its parameter blanked."""
+    for prefix in ("/memory/", "/conversations/"):
+        if path.startswith(prefix):
+            return prefix + "{...}"
+    return path
+
+
+def error_shape_problem(path: str, status: int, content: bytes) -> str | None:
+    """What is wrong with an error body, or None."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return "not JSON"
+    error = body.get("error") if isinstance(body, dict) else None
+    if list(body) != ["error"] or not isinstance(error, dict):
+        return "not {'error': {...}}"
+    if not (isinstance(error.get("code"), str) and isinstance(error.get("message"), str)):
+        return "no code and message"
+    if error["code"] not in ERROR_CODES.get(status, set()):
+        return f"code {error['code']!r} with status {status}"
+    if path.startswith("/v1/") and not {"type", "param"} <= set(error):
+        return "no OpenAI type and param"
+    return None
+
+
+def test_fuzzed_requests_find_no_500_and_no_cross_user_read(
+    make_client: Callable[..., TestClient], chat_sections: Any, upstream: Any, database: Database
+) -> None:
+    client = make_client(**chat_sections(auth=KEYS_AUTH, memory={"agent": None, "tokenLimit": 400},
+                                         chat={"headers": USER_HEADER}))
+    cast = cast_of(client, upstream, database)
+    victim_before = {path: raw(client.get(path, headers=service(VICTIM)))
+                     for path in ("/memory", "/conversations", f"/conversations/{cast.conversations[VICTIM]}")}
+    problems: dict[str, list[str]] = {}  # kind of problem: examples
+
+    def problem(kind: str, example: str) -> None:
+        problems.setdefault(kind, []).append(example)
+
+    @settings(
+        max_examples=FUZZ_EXAMPLES,
+        deadline=None,
+        database=None,
+        derandomize=not os.environ.get(FUZZ_ENV),
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(request=fuzz_requests(cast))
+    def one_request(request: tuple[int, str, str, bytes | None]) -> None:
+        who, method, path, body = request
+        acting, headers = cast.credentials[who]
+        response = client.request(method, path, content=body, headers=headers)
+        label = f"{method} {path[:80]} as {acting} body={body[:120] if body else body!r}"
+        if response.status_code >= 500:
+            problem(f"{response.status_code} on {method} {route_of(path)}",
+                    f"{response.content[:160]!r}: {label}")
+        elif response.status_code >= 400 and method != "HEAD":
+            shape = error_shape_problem(path, response.status_code, response.content)
+            if shape:
+                problem(f"error shape: {shape} ({response.status_code} on {route_of(path)})", label)
+        text = response.content.decode("utf-8", "replace") + repr(response.headers)
+        for user, own in cast.markers.items():
+            if user != acting and any(m in text for m in own):
+                problem(f"{user}'s data answered to {acting}", label)
+        for owner, conversation_id in cast.conversations.items():
+            others = acting not in (None, owner) and method in ("GET", "DELETE")
+            if others and path == f"/conversations/{conversation_id}" and (
+                response.status_code, response.content
+            ) != (404, compact(not_found_conversation(conversation_id))):
+                problem(f"{owner}'s conversation answered {response.status_code}", label)
+
+    one_request()
+
+    # What each user's requests made the main model see: never another user's data.
+    for request in upstream.requests:
+        whose = request.headers.get("x-kvmem-user")
+        for user, own in cast.markers.items():
+            if user != whose and any(m in upstream_text(request) for m in own):
+                problem(f"{user}'s data went upstream for {whose}", upstream_text(request)[:200])
+    victim_after = {path: raw(client.get(path, headers=service(VICTIM))) for path in victim_before}
+    if victim_after != victim_before:
+        problem(f"{VICTIM}'s data changed", repr(victim_after)[:300])
+    # One line per kind of problem: how often, and the first example.
+    assert not problems, "\n".join(
+        f"{kind}: {len(examples)}x, e.g. {examples[0]}" for kind, examples in problems.items()
+    )
