@@ -196,11 +196,12 @@ class MemoryAgent:
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs: set[AgentRun] = set()
         self._tools = tool_definitions(config.memory.valid_keys)
+        # Decided once from the config, not on every request.
+        self._enabled = config.agent_status()[0] and target is not None
 
     def gate(self, *, temporary: bool, memories_enabled: bool) -> AgentState | None:
         """Why the agent does not run for this request (`disabled`/`skipped`), or None."""
-        enabled, _ = self.config.agent_status()
-        if not enabled or self.target is None:
+        if not self._enabled:
             return "disabled"
         if temporary or not memories_enabled:
             return "skipped"

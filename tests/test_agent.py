@@ -639,3 +639,35 @@ def test_agent_errors_are_logged_with_user_and_conversation(
         f"memory agent failed: user=alice conversation={conversation_id}: "
     )
     assert outcomes(client) == {"failed": 1}
+
+
+def test_the_agent_reaches_a_custom_endpoint_named_by_its_provider(upstream, make_client):
+    """LibreChat's custom-endpoint example: `agent.provider` names an `endpoints.custom`
+    entry (matched ignoring case), whose baseURL, apiKey and headers the agent's call uses;
+    `{{LIBRECHAT_USER_ID}}` becomes the request's user, other user placeholders become ''."""
+    client = make_client(
+        chat={"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": "main-key"},
+        endpoints={
+            "custom": [
+                {
+                    "name": "Custom Memory Endpoint",
+                    "baseURL": upstream.url,
+                    "apiKey": "gateway-key",
+                    "headers": {
+                        "X-User-Identifier": "{{LIBRECHAT_USER_ID}}",
+                        "X-User-Email": "<{{LIBRECHAT_USER_EMAIL}}>",
+                        "X-Application-Identifier": "kvmem - test",
+                    },
+                }
+            ]
+        },
+        memory={"agent": {"provider": "custom memory endpoint", "model": AGENT_MODEL}},
+    )
+    chat(client)
+    (request,) = upstream.wait_for(AGENT_MODEL, 1)
+    assert request.headers["authorization"] == "Bearer gateway-key"
+    assert request.headers["x-user-identifier"] == "local"
+    assert request.headers["x-user-email"] == "<>"
+    assert request.headers["x-application-identifier"] == "kvmem - test"
+    assert upstream.received(MAIN_MODEL)[0].headers["authorization"] == "Bearer main-key"
+    wait_agents_idle(client)
