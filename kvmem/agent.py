@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvmem.config import Config
 from kvmem.errors import (
@@ -127,58 +127,51 @@ class AgentRun:
             self.task.cancel()
 
 
+KEY_DESCRIPTION = "The memory key: lowercase letters, digits and _, starting with a letter."
+
+
 class SetMemoryArguments(BaseModel):
-    """The arguments of `set_memory`: nothing else is accepted."""
+    """Save a memory about the user, replacing what the key held."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    key: str
-    value: str
+    key: str = Field(description=KEY_DESCRIPTION)
+    value: str = Field(description="The complete value to store.")
 
 
 class DeleteMemoryArguments(BaseModel):
-    """The arguments of `delete_memory`: nothing else is accepted."""
+    """Forget a memory about the user."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    key: str
+    key: str = Field(description=KEY_DESCRIPTION)
+
+
+# The agent's tools: the name the model calls, and the model its arguments must validate as.
+TOOLS: dict[str, type[BaseModel]] = {
+    "set_memory": SetMemoryArguments,
+    "delete_memory": DeleteMemoryArguments,
+}
+
+
+def tool_schema(name: str, arguments: type[BaseModel], valid_keys: Sequence[str] | None) -> dict[str, Any]:
+    """One tool in OpenAI's format, generated from its argument model (docstring, fields and
+    their descriptions), so the schema the model sees and the validation cannot drift apart."""
+    schema = arguments.model_json_schema()
+    schema.pop("title", None)
+    schema.pop("description", None)
+    for field_schema in schema["properties"].values():
+        field_schema.pop("title", None)
+    if valid_keys:
+        key = schema["properties"]["key"]
+        key["description"] = f"{key['description']} Must be one of: {', '.join(valid_keys)}."
+    return {
+        "type": "function",
+        "function": {"name": name, "description": arguments.__doc__, "parameters": schema},
+    }
 
 
 def tool_definitions(valid_keys: Sequence[str] | None) -> list[dict[str, Any]]:
-    """The two tools, in OpenAI's format; the key's description lists `validKeys` when set."""
-    key_description = "The memory key: lowercase letters, digits and _, starting with a letter."
-    if valid_keys:
-        key_description += f" Must be one of: {', '.join(valid_keys)}."
-    key = {"type": "string", "description": key_description}
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": "set_memory",
-                "description": "Save a memory about the user, replacing what the key held.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "key": key,
-                        "value": {"type": "string", "description": "The complete value to store."},
-                    },
-                    "required": ["key", "value"],
-                    "additionalProperties": False,
-                },
-            },
-        },
-        {
-            "type": "function",
-            "function": {
-                "name": "delete_memory",
-                "description": "Forget a memory about the user.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"key": key},
-                    "required": ["key"],
-                    "additionalProperties": False,
-                },
-            },
-        },
-    ]
+    """The agent's tools in OpenAI's format; the key's description lists `validKeys` when set."""
+    return [tool_schema(name, arguments, valid_keys) for name, arguments in TOOLS.items()]
 
 
 class MemoryAgent:
@@ -199,11 +192,24 @@ class MemoryAgent:
         # Decided once from the config, not on every request.
         self._enabled = config.agent_status()[0] and target is not None
 
-    def gate(self, *, temporary: bool, memories_enabled: bool) -> AgentState | None:
-        """Why the agent does not run for this request (`disabled`/`skipped`), or None."""
+    def verdict(
+        self, *, temporary: bool, store_failed: bool, memories_enabled: bool, has_window: bool
+    ) -> AgentState | None:
+        """Why the agent does not run for this request, as its state; None when it runs.
+
+        The one place that decides: `disabled` (memory or the agent off), `skipped` (a
+        temporary request, an opted-out user, no user message to read), `failed` (the store
+        could not be read, so the agent would work blind).
+        """
+        if self.config.memory.disabled:
+            return "disabled"
+        if temporary:
+            return "skipped" if self._enabled else "disabled"
+        if store_failed:
+            return "failed"
         if not self._enabled:
             return "disabled"
-        if temporary or not memories_enabled:
+        if not memories_enabled or not has_window:
             return "skipped"
         return None
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,19 +14,18 @@ from starlette.responses import JSONResponse, Response
 
 from kvmem.agent import MemoryAgent
 from kvmem.auth import Authenticator
-from kvmem.chat import MemoryService
 from kvmem.config import Config
 from kvmem.conversations import ConversationStore
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
-from kvmem.errors import KvmemError, MethodNotAllowed, NotFound
+from kvmem.errors import KvmemError, MethodNotAllowed, NotFound, openai_error_body
 from kvmem.provider import LiteLLMClient, agent_target, chat_target
 from kvmem.routes import chat, health, memory, openai
-from kvmem.routes.openai import openai_error_body
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
+from kvmem.turn_memory import MemoryService
 
 log = logging.getLogger("kvmem")
 
@@ -95,11 +94,19 @@ def create_app(
     )
 
 
+def error_response(
+    request: Request, error: KvmemError, headers: Mapping[str, str] | None = None
+) -> Response:
+    """The one place that chooses an error body's shape: OpenAI's fields under `/v1/`."""
+    openai = request.url.path.startswith("/v1/")
+    body = openai_error_body(error) if openai else error.body()
+    return JSONResponse(body, status_code=error.status, headers=headers)
+
+
 async def render_error(request: Request, exc: Exception) -> Response:
-    """The one error body, with the status of the error's class (OpenAI's fields under /v1)."""
+    """A `KvmemError`, with the status and headers of its class."""
     assert isinstance(exc, KvmemError)
-    body = openai_error_body(exc) if request.url.path.startswith("/v1/") else exc.body()
-    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+    return error_response(request, exc, exc.headers)
 
 
 async def render_http_exception(request: Request, exc: Exception) -> Response:
@@ -107,16 +114,11 @@ async def render_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 405:
         error: KvmemError = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
-        headers = exc.headers
-    else:
-        error = NotFound(f"no route {request.method} {request.url.path}")
-        headers = None
-    body = openai_error_body(error) if request.url.path.startswith("/v1/") else error.body()
-    return JSONResponse(body, status_code=error.status, headers=headers)
+        return error_response(request, error, exc.headers)
+    return error_response(request, NotFound(f"no route {request.method} {request.url.path}"))
 
 
 async def render_unexpected(request: Request, exc: Exception) -> Response:
     """A bug: logged with its traceback, answered 500 without internals."""
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    error = KvmemError("internal error; the server log has the details")
-    return JSONResponse(error.body(), status_code=500)
+    return error_response(request, KvmemError("internal error; the server log has the details"))

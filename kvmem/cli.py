@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from kvmem.configfile import LoadedConfig, find_config_path, load_config
+from kvmem.config_loader import LoadedConfig, find_config_path, load_config
 from kvmem.errors import BadRequest, ConfigError, KvmemError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -102,7 +102,7 @@ def checked_user(user_id: str) -> str:
 def open_database(loaded: LoadedConfig) -> Any:
     """The configured database, migrated to the newest schema."""
     from kvmem.db import Database
-    from kvmem.schema import ensure_current
+    from kvmem.migrate import ensure_current
 
     database = Database.from_config(loaded.config.database)
     try:
@@ -196,7 +196,7 @@ def db() -> None:
 @config_option
 def db_upgrade() -> None:
     """Apply pending migrations."""
-    from kvmem.schema import current_revision
+    from kvmem.migrate import current_revision
 
     database = open_database(loaded_config())
     click.echo(f"database at revision {current_revision(database.engine)}")
@@ -207,7 +207,7 @@ def db_upgrade() -> None:
 def db_current() -> None:
     """Print the database's revision and the newest one kvmem ships."""
     from kvmem.db import Database
-    from kvmem.schema import current_revision, head_revision
+    from kvmem.migrate import current_revision, head_revision
 
     loaded = loaded_config()
     database = Database.from_config(loaded.config.database)
@@ -231,7 +231,7 @@ def memory() -> None:
 @user_option
 def memory_list(user_id: str) -> None:
     """Print the user's entries (newest first) and usage, as GET /memory does."""
-    from kvmem.usage import memory_overview
+    from kvmem.overview import memory_overview
 
     loaded = loaded_config()
     user_id = checked_user(user_id)

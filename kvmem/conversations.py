@@ -15,8 +15,8 @@ from sqlalchemy import delete, func, select
 
 from kvmem.db import Database
 from kvmem.errors import NotFound
-from kvmem.models import Conversation, Message, utcnow
 from kvmem.store import iso
+from kvmem.tables import Conversation, Message, utcnow
 
 TITLE_CHARS = 80
 

@@ -17,8 +17,8 @@ from sqlalchemy import select
 
 from kvmem.db import Database
 from kvmem.errors import NotFound
-from kvmem.models import ApiKey, utcnow
 from kvmem.store import iso
+from kvmem.tables import ApiKey, utcnow
 
 SECRET_PREFIX = "kvm_"
 SHOWN_PREFIX_LENGTH = 12

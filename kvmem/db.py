@@ -18,12 +18,17 @@ from sqlalchemy import create_engine, event, insert, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import InterfaceError, InternalError, OperationalError, ProgrammingError
+from sqlalchemy.exc import (
+    InterfaceError,
+    InternalError,
+    OperationalError,
+    ProgrammingError,
+)
 from sqlalchemy.orm import Session, sessionmaker
 
 from kvmem.config import DatabaseConfig
 from kvmem.errors import StoreUnavailable
-from kvmem.models import User, utcnow
+from kvmem.tables import User, utcnow
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 _WRITE = "kvmem_write"

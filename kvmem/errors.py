@@ -11,7 +11,7 @@
     ├── MethodNotAllowed          405 method_not_allowed
     ├── MemoryFull                409 memory_full
     ├── BodyTooLarge              413 body_too_large
-    ├── InvalidMemory             422 (base of the write-rule errors)
+    ├── InvalidMemory             422 (base of the write-rule errors below)
     │   ├── InvalidKey            422 invalid_key
     │   ├── KeyNotAllowed         422 key_not_allowed
     │   ├── EmptyValue            422 empty_value
@@ -22,6 +22,9 @@
     └── UpstreamTimeout           504 upstream_timeout
 
     ConfigError                   (not an HTTP error: bad memory.yaml, exit code 2)
+
+Under `/v1/` the same body also carries OpenAI's `type` and `param` (`openai_error_body`), so
+that OpenAI's SDKs raise the right exception class.
 """
 
 from __future__ import annotations
@@ -111,9 +114,9 @@ class BodyTooLarge(KvmemError):
 
 
 class InvalidMemory(KvmemError):
-    """A key or value breaks one of the write rules."""
+    """A key or value breaks one of the write rules (raised only as one of the subclasses)."""
 
-    status = 422
+    status, code = 422, "invalid_memory"
 
 
 class InvalidKey(InvalidMemory):
@@ -170,6 +173,33 @@ class UpstreamTimeout(KvmemError):
     """The model upstream did not answer within `chat.timeout`."""
 
     status, code = 504, "upstream_timeout"
+
+
+# OpenAI's error `type` for each status; a status not listed (5xx) is an `api_error`.
+OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def openai_error_type(exc: KvmemError) -> str:
+    """OpenAI's error `type` for `exc`."""
+    return OPENAI_ERROR_TYPES.get(exc.status, "api_error")
+
+
+def openai_error_body(exc: KvmemError) -> dict[str, Any]:
+    """kvmem's error body with OpenAI's `type` and `param` fields added."""
+    body = exc.body()
+    body["error"].setdefault("type", openai_error_type(exc))
+    body["error"].setdefault("param", None)
+    return body
 
 
 class ConfigError(Exception):

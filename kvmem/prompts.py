@@ -131,7 +131,7 @@ def render_agent_input(
         f"Current memory usage: {used} tokens",
         f"Token limit: {token_limit if token_limit is not None else 'none'}"
         + (" tokens" if token_limit is not None else ""),
-        f"Remaining capacity: "
+        "Remaining capacity: "
         + (f"{max(0, token_limit - used)} tokens" if token_limit is not None else "unlimited"),
     ]
     if valid_keys:

@@ -106,7 +106,9 @@ class LiteLLMClient:
 
     async def aclose(self) -> None:
         """Close the HTTP clients litellm keeps (they are process-wide: call at shutdown)."""
-        from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
+        from litellm.llms.custom_httpx.async_client_cleanup import (
+            close_litellm_async_clients,
+        )
 
         await close_litellm_async_clients()
         # Closed clients must not be handed out again if another app starts in this process.

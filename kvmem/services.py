@@ -9,7 +9,6 @@ from starlette.requests import Request
 
 from kvmem.agent import MemoryAgent
 from kvmem.auth import Authenticator
-from kvmem.chat import MemoryService
 from kvmem.config import Config
 from kvmem.conversations import ConversationStore
 from kvmem.credentials import KeyStore
@@ -18,6 +17,7 @@ from kvmem.errors import MemoryDisabled
 from kvmem.provider import LiteLLMClient, Target
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
+from kvmem.turn_memory import MemoryService
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 
 from kvmem.db import Database
 from kvmem.errors import MemoryFull, NotFound
-from kvmem.models import MemoryEntry, User, utcnow
 from kvmem.rules import MemoryRules
+from kvmem.tables import MemoryEntry, User, utcnow
 from kvmem.tokens import TokenCounter
 
 Source = Literal["manual", "agent", "import"]

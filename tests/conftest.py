@@ -15,10 +15,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from kvmem.app import create_app  # noqa: E402
 from kvmem.config import Config  # noqa: E402
 from kvmem.db import Database  # noqa: E402
+from kvmem.migrate import upgrade  # noqa: E402
 from kvmem.rules import MemoryRules  # noqa: E402
-from kvmem.schema import upgrade  # noqa: E402
 from kvmem.store import MemoryStore  # noqa: E402
 from kvmem.tokens import TokenCounter  # noqa: E402
+from tests.support.apps import AGENT_MODEL, MAIN_MODEL, LiveServer  # noqa: E402
+from tests.support.pg import POSTGRES_ENV  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -27,9 +29,6 @@ def tokens() -> TokenCounter:
     return TokenCounter()
 
 
-# Set to a PostgreSQL URL (any database of the server; `.ci/run` sets it) to run every
-# database test on PostgreSQL too. A set variable with no server behind it fails the run.
-POSTGRES_ENV = "KVMEM_TEST_POSTGRES_URL"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -74,7 +73,7 @@ def make_client_for_url(tokens: TokenCounter) -> Iterator[Callable[[str], TestCl
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this run, migrated, dropped at the end."""
-    from tests.pg import fresh_database
+    from tests.support.pg import fresh_database
 
     admin_url = os.environ.get(POSTGRES_ENV)
     if not admin_url:
@@ -91,7 +90,7 @@ def database_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -
     """This test's database: a fresh SQLite file, or the run's PostgreSQL database emptied."""
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'kvmem.db'}"
-    from tests.pg import empty_tables
+    from tests.support.pg import empty_tables
 
     url = request.getfixturevalue("postgres_url")
     empty_tables(url)
@@ -176,15 +175,13 @@ def write_config(tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture
 def upstream() -> Iterator[Any]:
     """A scripted OpenAI-compatible upstream on 127.0.0.1 (see tests/upstream.py)."""
-    from tests.upstream import ScriptedUpstream
+    from tests.support.upstream import ScriptedUpstream
 
     server = ScriptedUpstream().start()
     yield server
     server.stop()
 
 
-MAIN_MODEL = "main-model"
-AGENT_MODEL = "agent-model"
 
 
 @pytest.fixture
@@ -216,41 +213,6 @@ def chat_sections(upstream: Any) -> Callable[..., dict[str, Any]]:
     return make
 
 
-class LiveServer:
-    """kvmem served by uvicorn on a free 127.0.0.1 port, in a background thread."""
-
-    def __init__(self, app: Any) -> None:
-        import socket
-        import threading
-
-        import uvicorn
-
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> LiveServer:
-        import time
-
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("kvmem did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ import pytest
 
 from kvmem.agent import AgentRun, DeadlinePassed
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS
-from tests.conftest import AGENT_MODEL, MAIN_MODEL
-from tests.matchers import entry
-from tests.running import (
+from tests.support.apps import (
+    AGENT_MODEL,
+    MAIN_MODEL,
     Containing,
     agent_tool_call,
     delete_memory,
@@ -24,7 +24,8 @@ from tests.running import (
     wait_agents_idle,
     wait_until,
 )
-from tests.upstream import Reply
+from tests.support.matchers import entry
+from tests.support.upstream import Reply
 
 SERVICE = {"Authorization": "Bearer service-secret"}
 KEYS_AUTH = {"mode": "keys", "service_keys": ["service-secret"]}

@@ -15,7 +15,7 @@ from kvmem.credentials import SECRET_PREFIX, KeyStore, hash_secret
 from kvmem.db import Database
 from kvmem.errors import BadRequest, NotFound
 from kvmem.store import MemoryStore
-from tests.matchers import ISO_TIME, entry
+from tests.support.matchers import ISO_TIME, entry
 
 MakeClient = Callable[..., TestClient]
 SERVICE_KEY = "svc-0123456789abcdef"

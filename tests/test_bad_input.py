@@ -17,8 +17,7 @@ from kvmem.db import Database
 from kvmem.errors import InvalidKey, MemoryFull
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
-from tests.conftest import AGENT_MODEL, MAIN_MODEL, LiveServer
-from tests.running import wait_agents_idle
+from tests.support.apps import AGENT_MODEL, MAIN_MODEL, LiveServer, wait_agents_idle
 
 MakeClient = Callable[..., TestClient]
 COMPLETION = {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]}

@@ -12,8 +12,9 @@ import pytest
 from sqlalchemy import text
 
 from kvmem.prompts import BLOCK_PREAMBLE
-from tests.conftest import AGENT_MODEL, MAIN_MODEL
-from tests.running import (
+from tests.support.apps import (
+    AGENT_MODEL,
+    MAIN_MODEL,
     Containing,
     outcomes,
     services,
@@ -22,8 +23,8 @@ from tests.running import (
     wait_agents_idle,
     wait_until,
 )
-from tests.test_prompts import HOSTILE_VALUES, unescape
-from tests.upstream import Reply
+from tests.support.hostile import HOSTILE_VALUES, unescape
+from tests.support.upstream import Reply
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 NO_AGENT = {"agent": None}

@@ -3,67 +3,29 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
 from kvmem.app import create_app
-from kvmem.configfile import load_config
+from kvmem.config_loader import load_config
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
+from kvmem.migrate import HEAD, ensure_current
 from kvmem.rules import MemoryRules
-from kvmem.schema import HEAD, ensure_current
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
-from tests.matchers import ISO_TIME, entry
+from tests.support.matchers import ISO_TIME, entry
+from tests.support.processes import Result, run, run_all
 
 INVALID_KEY_MESSAGE = (
     "invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
     "starts with a letter, and is not 'nothing'"
 )
-
-
-@dataclass(frozen=True)
-class Result:
-    """What one run of `kvmem` did."""
-
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-
-def run(
-    args: Sequence[str], *, cwd: Path, input: str | None = None, env: dict[str, str] | None = None
-) -> Result:
-    """Run `python -m kvmem ARGS` in `cwd`, without any KVMEM_CONFIG of the caller's."""
-    environ = {k: v for k, v in os.environ.items() if k != "KVMEM_CONFIG"} | (env or {})
-    done = subprocess.run(
-        [sys.executable, "-m", "kvmem", *args],
-        cwd=cwd,
-        input=input,
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=60,
-    )
-    return Result(done.returncode, done.stdout, done.stderr)
-
-
-def run_all(commands: list[list[str]], cwd: Path) -> list[Result]:
-    """Run independent commands side by side (each is a whole Python start-up)."""
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return list(pool.map(lambda args: run(args, cwd=cwd), commands))
 
 
 @pytest.fixture

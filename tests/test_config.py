@@ -19,7 +19,7 @@ from kvmem.config import (
     EndpointsConfig,
     MemoryConfig,
 )
-from kvmem.configfile import find_config_path, interpolate, load_config
+from kvmem.config_loader import find_config_path, interpolate, load_config
 from kvmem.errors import ConfigError
 
 WriteConfig = Callable[..., Path]

@@ -6,10 +6,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from tests.conftest import MAIN_MODEL
-from tests.matchers import ISO_TIME
-from tests.running import Containing, sse_events
-from tests.upstream import Reply
+from tests.support.apps import MAIN_MODEL, Containing, sse_events
+from tests.support.matchers import ISO_TIME
+from tests.support.upstream import Reply
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 NO_AGENT = {"agent": None}

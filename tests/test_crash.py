@@ -11,9 +11,9 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import AGENT_MODEL, MAIN_MODEL
-from tests.serving import ServeProcess
-from tests.upstream import Reply
+from tests.support.apps import AGENT_MODEL, MAIN_MODEL
+from tests.support.processes import ServeProcess
+from tests.support.upstream import Reply
 
 
 @pytest.fixture

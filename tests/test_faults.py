@@ -4,9 +4,7 @@ nothing happened. Then a client that leaves mid-stream, and a store that cannot 
 
 from __future__ import annotations
 
-import asyncio
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,18 +17,22 @@ from starlette.testclient import TestClient
 from kvmem.app import create_app
 from kvmem.config import Config
 from kvmem.db import Database
-from kvmem.services import Services
 from kvmem.tokens import TokenCounter
-from tests.conftest import AGENT_MODEL, MAIN_MODEL, LiveServer
-from tests.running import (
+from tests.support.apps import (
+    AGENT_MODEL,
+    MAIN_MODEL,
     Containing,
+    LiveServer,
+    live_services,
+    loop_tasks,
     outcomes,
     set_memory,
     sse_events,
+    stop_recording_warnings,
     wait_agents_idle,
     wait_until,
 )
-from tests.upstream import Reply, completion
+from tests.support.upstream import Reply, completion
 
 TIMEOUT = 1  # chat.timeout for these tests, in seconds
 
@@ -165,38 +167,6 @@ def test_a_failure_mid_stream_is_a_final_error_event(
 
 
 # --- a client that goes away ----------------------------------------------------------------
-
-
-def live_services(server: LiveServer) -> Services:
-    """The services of a live server's app (uvicorn keeps the lifespan state)."""
-    return server.server.lifespan.state["services"]
-
-
-def loop_tasks(server: LiveServer) -> list[str]:
-    """The tasks on a live server's event loop (litellm's own workers aside), by name."""
-    loop = server.server.servers[0].get_loop()
-
-    async def names() -> list[str]:
-        current = asyncio.current_task()
-        found = []
-        for task in asyncio.all_tasks():
-            coro = task.get_coro()
-            code = getattr(coro, "cr_code", None)
-            if task is current or (code is not None and "litellm" in code.co_filename):
-                continue
-            found.append(getattr(coro, "__qualname__", repr(coro)))
-        return sorted(found)
-
-    return asyncio.run_coroutine_threadsafe(names(), loop).result(timeout=5)
-
-
-def stop_recording_warnings(server: LiveServer) -> list[str]:
-    """Stop a live server; the ResourceWarnings its loop gave on closing (see the test below)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        server.stop()
-    assert not server.thread.is_alive()
-    return [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
 
 
 def read_deltas(response: httpx.Response, count: int) -> list[str]:

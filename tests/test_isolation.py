@@ -24,10 +24,15 @@ from starlette.testclient import TestClient
 
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
-from tests.conftest import AGENT_MODEL, MAIN_MODEL
-from tests.running import set_memory, sse_events, wait_agents_idle
-from tests.test_cli import Result, run_all
-from tests.upstream import Reply
+from tests.support.apps import (
+    AGENT_MODEL,
+    MAIN_MODEL,
+    set_memory,
+    sse_events,
+    wait_agents_idle,
+)
+from tests.support.processes import Result, run_all
+from tests.support.upstream import Reply
 
 SERVICE_KEY = "svc-isolation-5b0c9e1d7a"
 KEYS_AUTH = {"mode": "keys", "service_keys": [SERVICE_KEY]}

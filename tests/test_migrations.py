@@ -20,8 +20,15 @@ from sqlalchemy.exc import IntegrityError
 
 from kvmem.config import DatabaseConfig
 from kvmem.db import Database
-from kvmem.models import Base
-from kvmem.schema import HEAD, alembic_config, current_revision, ensure_current, head_revision, upgrade
+from kvmem.migrate import (
+    HEAD,
+    alembic_config,
+    current_revision,
+    ensure_current,
+    head_revision,
+    upgrade,
+)
+from kvmem.tables import Base
 
 FOUNDATION_TABLES = {"alembic_version", "users", "memory_entries", "api_keys"}
 

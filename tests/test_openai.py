@@ -9,8 +9,8 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import AGENT_MODEL, MAIN_MODEL
-from tests.upstream import Reply
+from tests.support.apps import AGENT_MODEL, MAIN_MODEL
+from tests.support.upstream import Reply
 
 MODEL_ID = f"openai/{MAIN_MODEL}"
 TOOLS = [

@@ -17,11 +17,10 @@ from sqlalchemy import inspect, text
 from kvmem.config import Config
 from kvmem.db import Database
 from kvmem.errors import StoreUnavailable
+from kvmem.migrate import HEAD, current_revision, upgrade
 from kvmem.rules import MemoryRules
-from kvmem.schema import HEAD, current_revision, upgrade
 from kvmem.store import MemoryStore
-from tests.conftest import POSTGRES_ENV
-from tests.pg import fresh_database
+from tests.support.pg import POSTGRES_ENV, fresh_database
 
 pytestmark = pytest.mark.postgres_only
 
@@ -84,7 +83,7 @@ def test_concurrent_upgrades_migrate_once(blank_url):
 
 
 def test_store_reconnects_after_its_connections_are_killed(postgres_url, tokens):
-    from tests.pg import empty_tables
+    from tests.support.pg import empty_tables
 
     empty_tables(postgres_url)
     database = open_database(postgres_url)

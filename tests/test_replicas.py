@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import AGENT_MODEL, MAIN_MODEL
-from tests.upstream import Reply
+from tests.support.apps import AGENT_MODEL, MAIN_MODEL
+from tests.support.upstream import Reply
 
 SERVICE = {"Authorization": "Bearer replica-service-key", "X-User-Id": "alice"}
 TOKEN_LIMIT = 60

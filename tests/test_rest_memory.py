@@ -16,10 +16,10 @@ from kvmem import __version__
 from kvmem.app import create_app
 from kvmem.config import Config
 from kvmem.db import Database
+from kvmem.overview import memory_overview, usage_percentage
 from kvmem.store import Snapshot
 from kvmem.tokens import TokenCounter
-from kvmem.usage import memory_overview, usage_percentage
-from tests.matchers import entry
+from tests.support.matchers import entry
 
 MakeClient = Callable[..., TestClient]
 MakeValue = Callable[[int], str]
@@ -533,6 +533,9 @@ def test_unknown_route_is_404(make_client: MakeClient) -> None:
         ("PATCH", "/memory/k", {"GET", "HEAD", "PUT", "DELETE"}),
         ("PUT", "/preferences", {"GET", "HEAD", "PATCH"}),
         ("POST", "/healthz", {"GET", "HEAD"}),
+        ("PUT", "/conversations", {"GET", "HEAD"}),
+        ("POST", "/conversations/some-id", {"GET", "HEAD", "DELETE"}),
+        ("PATCH", "/conversations/some-id", {"GET", "HEAD", "DELETE"}),
     ],
 )
 def test_wrong_method_is_405_with_allow(

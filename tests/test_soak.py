@@ -20,10 +20,18 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.conftest import AGENT_MODEL, MAIN_MODEL, LiveServer
-from tests.running import set_memory, sse_events, wait_until
-from tests.test_faults import live_services, loop_tasks, stop_recording_warnings
-from tests.upstream import Reply
+from tests.support.apps import (
+    AGENT_MODEL,
+    MAIN_MODEL,
+    LiveServer,
+    live_services,
+    loop_tasks,
+    set_memory,
+    sse_events,
+    stop_recording_warnings,
+    wait_until,
+)
+from tests.support.upstream import Reply
 
 SOAK_ENV = "KVMEM_SOAK_SECONDS"
 SOAK_SECONDS = float(os.environ.get(SOAK_ENV) or 16)

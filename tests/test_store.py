@@ -23,7 +23,7 @@ from kvmem.errors import (
 from kvmem.rules import MemoryRules
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
-from tests.matchers import entry
+from tests.support.matchers import entry
 
 MakeStore = Callable[..., MemoryStore]
 MakeValue = Callable[[int], str]

@@ -14,12 +14,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kvmem.bodies import RequestBody, read_model
-from kvmem.chat import TurnMemory
 from kvmem.conversations import new_conversation_id
 from kvmem.errors import BadRequest, KvmemError, StoreUnavailable
 from kvmem.prompts import ChatLine, with_memory
+from kvmem.routes import route
 from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import Services, services_of, user_of
+from kvmem.turn_memory import TurnMemory
 
 log = logging.getLogger("kvmem.chat")
 
@@ -215,7 +216,6 @@ async def delete_conversation(request: Request) -> Response:
 
 routes = [
     Route("/chat", chat, methods=["POST"]),
-    Route("/conversations", list_conversations, methods=["GET"]),
-    Route("/conversations/{conversation_id}", get_conversation, methods=["GET"]),
-    Route("/conversations/{conversation_id}", delete_conversation, methods=["DELETE"]),
+    route("/conversations", GET=list_conversations),
+    route("/conversations/{conversation_id}", GET=get_conversation, DELETE=delete_conversation),
 ]

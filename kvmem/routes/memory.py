@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from kvmem.bodies import MemoryValue, Preferences, read_model
 from kvmem.errors import PersonalizeDisabled
+from kvmem.overview import memory_overview
+from kvmem.routes import route
 from kvmem.services import require_memory, services_of, user_of
-from kvmem.usage import memory_overview
 
 
 async def list_memories(request: Request) -> Response:
@@ -85,19 +83,8 @@ async def patch_preferences(request: Request) -> Response:
     return JSONResponse({"memories": enabled})
 
 
-def _route(path: str, **handlers: Callable[[Request], Awaitable[Response]]) -> Route:
-    if "GET" in handlers:
-        handlers.setdefault("HEAD", handlers["GET"])
-
-    async def dispatch(request: Request) -> Response:
-        return await handlers[request.method](request)
-
-    return Route(path, dispatch, methods=list(handlers))
-
-
-# One Route per path: with one per method, Starlette's 405 would name only the first's methods.
 routes = [
-    _route("/memory", GET=list_memories, DELETE=clear_memories),
-    _route("/memory/{key}", GET=get_memory, PUT=put_memory, DELETE=delete_memory),
-    _route("/preferences", GET=get_preferences, PATCH=patch_preferences),
+    route("/memory", GET=list_memories, DELETE=clear_memories),
+    route("/memory/{key}", GET=get_memory, PUT=put_memory, DELETE=delete_memory),
+    route("/preferences", GET=get_preferences, PATCH=patch_preferences),
 ]

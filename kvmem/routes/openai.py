@@ -17,12 +17,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kvmem.bodies import parse_json, read_body
-from kvmem.chat import TurnMemory
-from kvmem.errors import BadRequest, KvmemError, ModelNotFound
+from kvmem.errors import BadRequest, KvmemError, ModelNotFound, openai_error_body
 from kvmem.prompts import ChatLine, with_memory
 from kvmem.provider import chat_target
 from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import services_of, user_of
+from kvmem.turn_memory import TurnMemory
 
 # Fields kvmem sets itself; every other field of the request goes upstream as sent.
 OWN_FIELDS = frozenset({"model", "messages", "stream"})
@@ -133,26 +133,6 @@ def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:
                 updated = {**message, "content": with_memory(_text(content), block)}
             return [*messages[:index], updated, *messages[index + 1 :]]
     return [{"role": "system", "content": block}, *messages]
-
-
-OPENAI_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "invalid_request_error",
-    409: "invalid_request_error",
-    413: "invalid_request_error",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-}
-
-
-def openai_error_body(exc: KvmemError) -> dict[str, Any]:
-    """kvmem's error body with OpenAI's `type` and `param` fields added."""
-    body = exc.body()
-    body["error"].setdefault("type", OPENAI_ERROR_TYPES.get(exc.status, "api_error"))
-    body["error"].setdefault("param", None)
-    return body
 
 
 async def list_models(request: Request) -> Response:

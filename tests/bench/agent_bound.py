@@ -14,7 +14,14 @@ from typing import Any
 
 import aiohttp
 
-from tests.bench.load import JSON_HEADERS, chat_body, ms, percentile, run_workers, session
+from tests.bench.load import (
+    JSON_HEADERS,
+    chat_body,
+    ms,
+    percentile,
+    run_workers,
+    session,
+)
 from tests.bench.servers import MAIN_MODEL, Server, upstream_hangs
 
 SLACK = 0.100  # the bound: cancelled within grace + 100 ms

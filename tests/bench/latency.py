@@ -14,7 +14,15 @@ from typing import Any
 
 import psutil
 
-from tests.bench.load import Batch, chat_body, ms, percentile, run_batch, session, summary_ms
+from tests.bench.load import (
+    Batch,
+    chat_body,
+    ms,
+    percentile,
+    run_batch,
+    session,
+    summary_ms,
+)
 
 DIRECT = "direct"
 

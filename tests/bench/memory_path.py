@@ -42,8 +42,8 @@ def measure(workdir: Path, iterations: int, seconds: float) -> dict[str, Any]:
     """
     from kvmem.config import Config
     from kvmem.db import Database
+    from kvmem.migrate import upgrade
     from kvmem.rules import MemoryRules
-    from kvmem.schema import upgrade
     from kvmem.store import MemoryStore
     from kvmem.tokens import TokenCounter
 

@@ -8,7 +8,14 @@ from typing import Any
 
 import aiohttp
 
-from tests.bench.load import JSON_HEADERS, ms, percentile, run_workers, session, summary_ms
+from tests.bench.load import (
+    JSON_HEADERS,
+    ms,
+    percentile,
+    run_workers,
+    session,
+    summary_ms,
+)
 
 KEYS_PER_WRITER = 10  # each writer cycles over its own keys: creates first, then replaces
 

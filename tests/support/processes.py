@@ -1,12 +1,16 @@
-"""`kvmem serve` as a real subprocess for the tests that need a process: kill, signal, restart."""
+"""kvmem as real subprocesses: `kvmem serve` (kill, signal, restart) and CLI commands."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +70,38 @@ class ServeProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one run of `kvmem` did."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run(
+    args: Sequence[str], *, cwd: Path, input: str | None = None, env: dict[str, str] | None = None
+) -> Result:
+    """Run `python -m kvmem ARGS` in `cwd`, without any KVMEM_CONFIG of the caller's."""
+    environ = {k: v for k, v in os.environ.items() if k != "KVMEM_CONFIG"} | (env or {})
+    done = subprocess.run(
+        [sys.executable, "-m", "kvmem", *args],
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
+    )
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+def run_all(commands: list[list[str]], cwd: Path) -> list[Result]:
+    """Run independent commands side by side (each is a whole Python start-up)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda args: run(args, cwd=cwd), commands))

@@ -19,7 +19,7 @@ from kvmem.errors import StoreUnavailable
 from kvmem.prompts import ChatLine, entries_within, render_memory_block
 from kvmem.store import Entry, MemoryStore, Snapshot
 
-log = logging.getLogger("kvmem.chat")
+log = logging.getLogger("kvmem.turn_memory")
 
 
 @dataclass(frozen=True)
@@ -63,25 +63,25 @@ class MemoryService:
         temporary: bool,
     ) -> TurnMemory:
         """Read the user's memory, render the block and start the agent (before the main call)."""
-        if self.config.memory.disabled:
-            return TurnMemory("", [], AgentRun.finished("disabled"))
-        if temporary:
-            state = self.agent.gate(temporary=True, memories_enabled=True) or "skipped"
-            return TurnMemory("", [], AgentRun.finished(state))
-        try:
-            snapshot, entries, block = await run_in_threadpool(self._read, user_id)
-        except StoreUnavailable as exc:
-            log.warning("memory unavailable, chatting without it: user=%s: %s", user_id, exc)
-            return TurnMemory("", [], AgentRun.finished("failed"))
-        if not snapshot.memories_enabled:
-            state = self.agent.gate(temporary=False, memories_enabled=False) or "skipped"
-            return TurnMemory("", [], AgentRun.finished(state))
-        gate = self.agent.gate(temporary=False, memories_enabled=True)
+        entries: list[Entry] = []
+        snapshot, block, store_failed = None, "", False
+        if not self.config.memory.disabled and not temporary:
+            try:
+                snapshot, entries, block = await run_in_threadpool(self._read, user_id)
+            except StoreUnavailable as exc:
+                log.warning("memory unavailable, chatting without it: user=%s: %s", user_id, exc)
+                store_failed = True
         window = self.window(messages)
-        if gate is not None or not window:
-            run = AgentRun.finished(gate or "skipped")
-        else:
-            run = self.agent.start(user_id, conversation_id, snapshot.entries, window)
+        state = self.agent.verdict(
+            temporary=temporary,
+            store_failed=store_failed,
+            memories_enabled=snapshot.memories_enabled if snapshot else True,
+            has_window=bool(window),
+        )
+        if state is not None:
+            return TurnMemory(block, [e.key for e in entries], AgentRun.finished(state))
+        assert snapshot is not None  # read whenever the agent may run
+        run = self.agent.start(user_id, conversation_id, snapshot.entries, window)
         return TurnMemory(block, [e.key for e in entries], run)
 
     def _read(self, user_id: str) -> tuple[Snapshot, list[Entry], str]:

@@ -1,15 +1,23 @@
-"""Looking into a running test app: its services, its agent runs and its SSE streams."""
+"""Test apps and servers, and looking into them: services, agent runs, tasks and SSE streams."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
+import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
+import uvicorn
 from starlette.testclient import TestClient
 
 from kvmem.services import Services
+
+MAIN_MODEL = "main-model"
+AGENT_MODEL = "agent-model"
 
 
 def services(client: TestClient) -> Services:
@@ -79,3 +87,64 @@ def set_memory(key: str, value: str, **extra: Any) -> dict[str, Any]:
 def delete_memory(key: str, **extra: Any) -> dict[str, Any]:
     """A scripted `delete_memory` call."""
     return agent_tool_call("delete_memory", {"key": key, **extra})
+
+class LiveServer:
+    """kvmem served by uvicorn on a free 127.0.0.1 port, in a background thread."""
+
+    def __init__(self, app: Any) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("kvmem did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def live_services(server: LiveServer) -> Services:
+    """The services of a live server's app (uvicorn keeps the lifespan state)."""
+    return server.server.lifespan.state["services"]
+
+
+def loop_tasks(server: LiveServer) -> list[str]:
+    """The tasks on a live server's event loop (litellm's own workers aside), by name."""
+    loop = server.server.servers[0].get_loop()
+
+    async def names() -> list[str]:
+        current = asyncio.current_task()
+        found = []
+        for task in asyncio.all_tasks():
+            coro = task.get_coro()
+            code = getattr(coro, "cr_code", None)
+            if task is current or (code is not None and "litellm" in code.co_filename):
+                continue
+            found.append(getattr(coro, "__qualname__", repr(coro)))
+        return sorted(found)
+
+    return asyncio.run_coroutine_threadsafe(names(), loop).result(timeout=5)
+
+
+def stop_recording_warnings(server: LiveServer) -> list[str]:
+    """Stop a live server; the ResourceWarnings its loop gave on closing (see the test below)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        server.stop()
+    assert not server.thread.is_alive()
+    return [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
