@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from sqlalchemy import (
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -137,3 +138,65 @@ class Message(Base):
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class MemoryChange(Base):
+    """One change to one entry (a set that changed the value, or a delete), with provenance."""
+
+    __tablename__ = "memory_changes"
+    __table_args__ = (
+        Index("ix_memory_changes_user_id", "user_id", "id"),
+        Index("ix_memory_changes_user_key", "user_id", "key", "id"),
+        Index("ix_memory_changes_at", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(
+        String(128), ForeignKey("users.id", ondelete="CASCADE")
+    )
+    key: Mapped[str] = mapped_column(String(128))
+    op: Mapped[str] = mapped_column(String(8))  # "set" or "delete"
+    old_value: Mapped[str | None] = mapped_column(Text, nullable=True)
+    new_value: Mapped[str | None] = mapped_column(Text, nullable=True)
+    source: Mapped[str] = mapped_column(String(16))
+    conversation_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class UserSession(Base):
+    """A short-lived bearer token of one user; only the sha256 of the token is stored."""
+
+    __tablename__ = "sessions"
+    __table_args__ = (
+        Index("ix_sessions_user_id", "user_id"),
+        Index("ix_sessions_expires_at", "expires_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[str] = mapped_column(
+        String(128), ForeignKey("users.id", ondelete="CASCADE")
+    )
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class AgentRunRecord(Base):
+    """One memory agent run: its duration, model calls, tokens, cost, state and writes."""
+
+    __tablename__ = "agent_runs"
+    __table_args__ = (Index("ix_agent_runs_user_started", "user_id", "started_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(
+        String(128), ForeignKey("users.id", ondelete="CASCADE")
+    )
+    conversation_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    duration_seconds: Mapped[float] = mapped_column(Float)
+    model_calls: Mapped[int] = mapped_column(Integer)
+    input_tokens: Mapped[int] = mapped_column(Integer)
+    output_tokens: Mapped[int] = mapped_column(Integer)
+    cost_usd: Mapped[float | None] = mapped_column(Float, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    writes: Mapped[int] = mapped_column(Integer)

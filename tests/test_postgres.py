@@ -54,6 +54,9 @@ def test_db_upgrade_on_an_empty_database(blank_url, write_config):
             "api_keys",
             "conversations",
             "messages",
+            "memory_changes",
+            "sessions",
+            "agent_runs",
         }
     finally:
         database.dispose()
