@@ -300,14 +300,25 @@ def test_reads_of_a_key_outside_valid_keys_are_not_found(make_store: MakeStore) 
 def test_users_never_see_each_others_entries(make_store: MakeStore) -> None:
     store = make_store()
     store.set("alice", "k", "alice's")
+    store.set("alice", "only_alice", "alice's secret")
+    # Bob is a real user with entries of his own, so every read below reaches the per-user
+    # filter of its query (a user without a row is answered before any entry is read).
+    store.set("bob", "b", "bob's")
     with pytest.raises(NotFound):
         store.get("bob", "k")
     with pytest.raises(NotFound):
         store.delete("bob", "k")
+    assert [(e.key, e.value) for e in store.snapshot("bob").entries] == [("b", "bob's")]
+    assert [(e.key, e.value) for e in store.snapshot("alice").entries] == [
+        ("k", "alice's"), ("only_alice", "alice's secret"),
+    ]
+    assert store.snapshot("carol").entries == ()  # no row at all
+    assert store.clear("bob") == 1
     assert store.snapshot("bob").entries == ()
-    assert store.clear("bob") == 0
-    assert store.set("bob", "k", "bob's").created is True
+    assert store.set("bob", "k", "bob's k").created is True
     assert store.get("alice", "k").value == "alice's"
+    assert store.get("bob", "k").value == "bob's k"
+    assert [e.key for e in store.snapshot("alice").entries] == ["k", "only_alice"]
 
 
 def test_clear(make_store: MakeStore) -> None:
