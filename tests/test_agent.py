@@ -24,6 +24,7 @@ from tests.support.apps import (
     wait_agents_idle,
     wait_until,
 )
+from tests.support.bounds import at_most
 from tests.support.matchers import entry
 from tests.support.upstream import Reply
 
@@ -467,49 +468,56 @@ def test_the_agent_runs_while_the_main_call_is_still_answering(
     upstream, chat_sections, make_client
 ):
     client = make_client(**chat_sections())
-    upstream.script(MAIN_MODEL, Reply(content="slow answer", delay=0.8))
+    upstream.script(MAIN_MODEL, Reply(content="slow answer", delay=1.5))
     chat(client)
     (main,) = upstream.received(MAIN_MODEL)
     (agent,) = agent_requests(upstream, client)
     assert main.ended is not None
-    assert agent.started < main.ended - 0.3
+    # The agent's request arrived while the main one was still waiting for its answer.
+    assert agent.started < main.ended
 
 
 def test_a_slow_agent_does_not_delay_the_reply(upstream, chat_sections, make_client):
-    client = make_client(**chat_sections(agent={"grace_seconds": 0.5}))
+    grace = 0.5
+    client = make_client(**chat_sections(agent={"grace_seconds": grace}))
     upstream.script(AGENT_MODEL, Reply(delay=30, tool_calls=[set_memory("name", "Ada")]))
-    started = time.monotonic()
     body = chat(client)
-    assert time.monotonic() - started < 3
+    # The reply was made while the agent was still running: it did not wait for it.
     assert body == {"conversation_id": body["conversation_id"], "response": "ok",
                     "memory": {"injected": [], "agent": "running", "updates": []}}
+    (main,) = upstream.received(MAIN_MODEL)
     (agent,) = upstream.wait_for(AGENT_MODEL, 1)
-    wait_agents_idle(client, timeout=3)
-    assert upstream.wait_ended(agent, timeout=2).disconnected
+    wait_agents_idle(client)
+    assert upstream.wait_ended(agent).disconnected
+    assert agent.ended - main.ended < at_most(grace)  # cut at its deadline, not after 30 s
     assert outcomes(client) == {"timeout": 1}
     assert memories(client) == []
 
 
 def test_a_write_due_after_main_end_plus_grace_never_lands(upstream, chat_sections, make_client):
     grace = 0.5
+    due = at_most(grace) + 1.0  # the agent's answer is due well after any deadline we accept
     client = make_client(**chat_sections(agent={"grace_seconds": grace}))
-    upstream.script(AGENT_MODEL, Reply(delay=grace + 0.7, content=None,
+    upstream.script(AGENT_MODEL, Reply(delay=due, content=None,
                                        tool_calls=[set_memory("name", "Ada")]))
     chat(client)
     (main,) = upstream.received(MAIN_MODEL)
     (agent,) = upstream.wait_for(AGENT_MODEL, 1)
-    wait_agents_idle(client, timeout=3)
+    wait_agents_idle(client)
     assert outcomes(client) == {"timeout": 1}
-    # Wait past the moment the upstream would have answered: still nothing.
-    wait_until(lambda: time.monotonic() > agent.started + grace + 1.0, what="the scripted time")
+    # The upstream saw kvmem hang up before its answer was due, so the answer was never sent
+    # and the write can never land, however late.
+    assert upstream.wait_ended(agent).disconnected
+    assert agent.ended < agent.started + due
+    assert agent.ended - main.ended < at_most(grace)
     assert memories(client) == []
-    assert upstream.wait_ended(agent, timeout=2).disconnected
-    assert agent.ended - main.ended < grace + 0.5
 
 
 def test_a_write_before_the_deadline_lands(upstream, chat_sections, make_client):
-    client = make_client(**chat_sections(agent={"grace_seconds": 1.0}))
-    upstream.script(AGENT_MODEL, Reply(delay=0.3, content=None,
+    # The agent answers 1 s after it asked, long after the main answer and long before the
+    # deadline 5 s after it.
+    client = make_client(**chat_sections(agent={"grace_seconds": 5}))
+    upstream.script(AGENT_MODEL, Reply(delay=1.0, content=None,
                                        tool_calls=[set_memory("name", "Ada")]))
     chat(client)
     (main,) = upstream.received(MAIN_MODEL)
@@ -531,9 +539,9 @@ def test_a_failed_main_call_still_ends_the_agent_at_its_deadline(
     assert response.status_code == 502
     (main,) = upstream.received(MAIN_MODEL)
     (agent,) = upstream.wait_for(AGENT_MODEL, 1)
-    wait_agents_idle(client, timeout=3)
-    assert outcomes(client) == {"timeout": 1}
-    assert upstream.wait_ended(agent, timeout=2).ended - main.ended < grace + 0.5
+    wait_agents_idle(client)
+    assert outcomes(client) == {"timeout": 1}  # cut at its deadline, not its own timeout
+    assert upstream.wait_ended(agent).ended - main.ended < at_most(grace)
 
 
 def test_the_commit_guard_refuses_a_write_after_the_deadline(make_store):
@@ -563,11 +571,12 @@ def test_shutdown_leaves_no_agent_running(upstream, chat_sections, make_client):
 
     started = time.monotonic()
     client.__exit__(None, None, None)
-    # Shutting down never waits on the model past the run's deadline.
-    assert time.monotonic() - started < grace + 1.0
+    # Shutting down never waits on the model past the run's deadline (the agent's own
+    # timeout is 10 s, and its model never answers).
+    assert time.monotonic() - started < at_most(grace)
     assert services(client).agent.in_flight == 0
     assert outcomes(client) == {"timeout": 1}
-    assert upstream.wait_ended(agent, timeout=2).disconnected
+    assert upstream.wait_ended(agent).disconnected
 
 
 # --- agent failures never touch the reply -----------------------------------------------
@@ -596,7 +605,7 @@ def test_an_agent_failure_leaves_the_reply_unchanged(
     assert body["response"] == "The answer."
     assert body["memory"]["injected"] == [] and body["memory"]["updates"] == []
     assert body["memory"]["agent"] in ("running", outcome)
-    wait_agents_idle(client, timeout=3)
+    wait_agents_idle(client)
     assert outcomes(client) == {outcome: 1}
     assert memories(client) == []
     assert len(upstream.received(AGENT_MODEL)) == 1  # no retry

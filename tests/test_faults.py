@@ -32,6 +32,7 @@ from tests.support.apps import (
     wait_agents_idle,
     wait_until,
 )
+from tests.support.bounds import at_most
 from tests.support.upstream import Reply, completion
 
 TIMEOUT = 1  # chat.timeout for these tests, in seconds
@@ -86,7 +87,7 @@ FAULTS = {
         Reply(hang=True), 504,
         {"error": {"code": "upstream_timeout",
                    "message": f"the model did not answer within {TIMEOUT} seconds"}},
-        min_seconds=TIMEOUT, max_seconds=TIMEOUT + 1,
+        min_seconds=TIMEOUT, max_seconds=at_most(TIMEOUT),
     ),
     "429 with Retry-After": Fault(
         Reply(status=429, headers={"Retry-After": "7"},
@@ -129,7 +130,7 @@ def test_an_upstream_fault_gets_its_answer_and_leaves_nothing_behind(
         assert response.headers[header] == value
     assert fault.min_seconds <= elapsed < fault.max_seconds
     (main,) = upstream.received(MAIN_MODEL)  # one attempt, no retry
-    upstream.wait_ended(main, timeout=3)
+    upstream.wait_ended(main)
 
     # Nothing half-stored, the agent run is over, and the next turn is served normally.
     wait_agents_idle(client, timeout=5)
@@ -194,26 +195,28 @@ def test_a_client_leaving_at_chunk_k_cancels_the_upstream_and_leaves_nothing_run
         # Warm up (litellm's first call starts its own machinery), then take the baseline.
         warm = http.post("/chat", json={"message": "warm up", "stream": True})
         assert sse_events(warm.text)[-1][0] == "done"
-        wait_until(lambda: agent.in_flight == 0, 5, "the warm-up agent finishing")
+        wait_until(lambda: agent.in_flight == 0, what="the warm-up agent finishing")
         baseline = loop_tasks(server)
 
-        upstream.script(MAIN_MODEL, Reply(chunks=[f"w{i} " for i in range(40)], chunk_delay=0.05))
+        # Left alone, the upstream would stream for 10 s; the client leaving must cut that short.
+        pieces, chunk_delay = [f"w{i} " for i in range(200)], 0.05
+        upstream.script(MAIN_MODEL, Reply(chunks=pieces, chunk_delay=chunk_delay))
         upstream.script(AGENT_MODEL, Reply(hang=True))
         with http.stream("POST", "/chat", json={"message": "hi", "stream": True}) as response:
             assert response.status_code == 200
             assert read_deltas(response, k) == [f'{{"content": "w{i} "}}' for i in range(k)]
-        left = time.monotonic()
 
         main = upstream.received(MAIN_MODEL)[-1]
-        assert upstream.wait_ended(main, timeout=3).disconnected
-        assert main.ended is not None and main.ended - left < 2
+        assert upstream.wait_ended(main).disconnected
+        assert main.ended is not None
+        assert main.ended < main.started + (len(pieces) - 1) * chunk_delay
         # The agent gets its grace period from the moment the reply ended, then is cut off.
         hanging_agent = upstream.received(AGENT_MODEL)[-1]
-        assert upstream.wait_ended(hanging_agent, timeout=grace + 3).disconnected
-        wait_until(lambda: agent.in_flight == 0, grace + 3, "the agent being cut off")
-        assert time.monotonic() - left < grace + 3
+        assert upstream.wait_ended(hanging_agent).disconnected
+        wait_until(lambda: agent.in_flight == 0, what="the agent being cut off")
+        assert hanging_agent.ended - main.ended < at_most(grace)
         assert dict(agent.outcomes) == {"done": 1, "timeout": 1}
-        wait_until(lambda: loop_tasks(server) == baseline, 3, "the server's tasks winding down")
+        wait_until(lambda: loop_tasks(server) == baseline, what="the server's tasks winding down")
         # The interrupted turn was not stored; the server serves on.
         listing = http.get("/conversations").json()["conversations"]
         assert [c["title"] for c in listing] == ["warm up"]
@@ -233,7 +236,8 @@ def test_stopping_the_server_closes_its_upstream_connections(
     wait_until(lambda: live_services(server).agent.in_flight == 0, 5, "the agent finishing")
     started = time.monotonic()
     assert stop_recording_warnings(server) == []
-    assert time.monotonic() - started < 3
+    # With nothing in flight, stopping does not wait out server.drain_seconds (10 s).
+    assert time.monotonic() - started < 5
 
 
 # --- a store that cannot be written ---------------------------------------------------------
