@@ -4,12 +4,19 @@ deadline and shutdown, and that nothing it does changes the chat reply."""
 from __future__ import annotations
 
 import logging
+import sqlite3
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.pool import NullPool
 
 from kvmem.agent import AgentRun, DeadlinePassed
+from kvmem.db import Database
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS
 from tests.support.apps import (
     AGENT_MODEL,
@@ -559,6 +566,103 @@ def test_the_commit_guard_refuses_a_write_after_the_deadline(make_store):
     unbounded = AgentRun(state="running")  # the main response has not ended yet
     unbounded.check_deadline()
     assert [e.key for e in store.snapshot("local").entries] == ["city", "name"]
+
+
+@contextmanager
+def sqlite_write_lock_held(database: Database, database_url: str) -> Iterator[Callable[[], bool]]:
+    """Hold SQLite's write lock from another connection (`BEGIN IMMEDIATE`, as another
+    process's writer would); yields whether a writer of the app now waits for it."""
+    waiting = threading.Event()
+
+    def before_cursor_execute(conn, cursor, statement, *args: Any) -> None:
+        if statement == "BEGIN IMMEDIATE":
+            waiting.set()
+
+    holder = sqlite3.connect(database_url.removeprefix("sqlite:///"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    event.listen(database.engine, "before_cursor_execute", before_cursor_execute)
+    try:
+        yield waiting.is_set
+    finally:
+        event.remove(database.engine, "before_cursor_execute", before_cursor_execute)
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+@contextmanager
+def postgres_user_lock_held(database_url: str, user_id: str) -> Iterator[Callable[[], bool]]:
+    """Hold the user's row lock (`SELECT ... FOR UPDATE` on users) from another connection;
+    yields whether another session of the database now waits for a lock."""
+    other = create_engine(database_url, poolclass=NullPool)
+    try:
+        with other.connect() as holder, other.connect().execution_options(
+            isolation_level="AUTOCOMMIT"  # each probe sees the activity of that moment
+        ) as monitor:
+            holder.execute(text("SELECT id FROM users WHERE id = :id FOR UPDATE"), {"id": user_id})
+            holder_pid = holder.execute(text("SELECT pg_backend_pid()")).scalar_one()
+
+            def waiting() -> bool:
+                return monitor.execute(
+                    text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                         " AND wait_event_type = 'Lock' AND pid <> :holder"),
+                    {"holder": holder_pid},
+                ).scalar_one() > 0
+
+            try:
+                yield waiting
+            finally:
+                holder.rollback()
+    finally:
+        other.dispose()
+
+
+@contextmanager
+def transaction_ends(database: Database) -> Iterator[list[str]]:
+    """How the app's transactions end ("commit" or "rollback"), in order, while in the block."""
+    ends: list[str] = []
+
+    def committed(conn) -> None:
+        ends.append("commit")
+
+    def rolled_back(conn) -> None:
+        ends.append("rollback")
+
+    event.listen(database.engine, "commit", committed)
+    event.listen(database.engine, "rollback", rolled_back)
+    try:
+        yield ends
+    finally:
+        event.remove(database.engine, "commit", committed)
+        event.remove(database.engine, "rollback", rolled_back)
+
+
+def test_a_write_held_up_by_another_writer_past_the_deadline_never_lands(
+    backend, upstream, chat_sections, make_client, database, database_url
+):
+    """The commit guard, end to end: the agent's write waits for a lock that another
+    connection holds across the agent's deadline (main response end + grace); once the lock
+    is free, the write goes on to its commit, where the guard refuses it."""
+    grace = 2.0
+    client = make_client(**chat_sections(agent={"grace_seconds": grace}))
+    assert client.put("/memory/city", json={"value": "Paris"}).status_code == 201
+    upstream.script(AGENT_MODEL, tools(set_memory("name", "Ada")))
+    upstream.script(MAIN_MODEL, Reply(delay=0.3))  # the agent's write starts before the end
+    # /v1/chat/completions stores no turn: nothing but the agent's write needs the lock.
+    completion = {"model": f"openai/{MAIN_MODEL}",
+                  "messages": [{"role": "user", "content": "Remember that my name is Ada."}]}
+    held = (sqlite_write_lock_held(database, database_url) if backend == "sqlite"
+            else postgres_user_lock_held(database_url, "local"))
+    with transaction_ends(database) as ends:
+        with held as agent_write_waits:
+            assert client.post("/v1/chat/completions", json=completion).status_code == 200
+            wait_until(agent_write_waits, what="the agent's write waiting for the lock")
+            wait_agents_idle(client)  # the run is cut off at its deadline, its write waiting
+            assert outcomes(client) == {"timeout": 1}
+            ends.clear()
+        wait_until(lambda: ends, what="the held-up write's transaction ending")
+        assert ends == ["rollback"]
+    assert memories(client) == [entry("city", "Paris", 1)]
+    assert outcomes(client) == {"timeout": 1}
 
 
 def test_shutdown_leaves_no_agent_running(upstream, chat_sections, make_client):
