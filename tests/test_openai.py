@@ -9,7 +9,8 @@ import httpx
 import openai
 import pytest
 
-from tests.support.apps import AGENT_MODEL, MAIN_MODEL
+from tests.support.apps import AGENT_MODEL, MAIN_MODEL, live_services, wait_until
+from tests.support.bounds import at_most
 from tests.support.upstream import Reply
 
 MODEL_ID = f"openai/{MAIN_MODEL}"
@@ -98,10 +99,19 @@ def test_x_memory_off_turns_injection_and_agent_off(server, upstream):
         max_retries=0,
         default_headers={"X-Memory": "off"},
     )
+    agent = live_services(server).agent
     sdk.chat.completions.create(model=MODEL_ID, messages=user_messages())
     assert upstream.received(MAIN_MODEL)[0].messages == user_messages()
-    time.sleep(0.3)
-    assert upstream.received(AGENT_MODEL) == []
+    # A run is tracked from before the main call until it ends (in flight, then counted in
+    # its outcome), so once the reply is here, a run started for it would show now.
+    assert (agent.in_flight, dict(agent.outcomes)) == (0, {})
+    # The same request without the header does start one, seen the same way.
+    plain = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    plain.chat.completions.create(model=MODEL_ID, messages=user_messages("Again"))
+    wait_until(lambda: agent.in_flight == 0, what="the agent finishing")
+    assert dict(agent.outcomes) == {"done": 1}
+    (request,) = upstream.received(AGENT_MODEL)
+    assert request.messages[1]["content"].endswith("# Current Chat:\nHuman: Again")
 
 
 def test_request_fields_pass_through(sdk, upstream):
@@ -253,6 +263,30 @@ def test_upstream_429_is_a_rate_limit_with_retry_after(server, sdk, upstream):
         sdk.chat.completions.create(model=MODEL_ID, messages=user_messages())
     assert caught.value.response.headers["retry-after"] == "7"
     assert caught.value.body["type"] == "rate_limit_error"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_an_upstream_hang_is_a_504_after_chat_timeout(make_server, chat_sections, upstream, stream):
+    timeout = 1
+    server = make_server(**chat_sections(memory={"agent": None}, chat={"timeout": timeout}))
+    upstream.script(MAIN_MODEL, Reply(hang=True))
+    body = {"model": MODEL_ID, "messages": user_messages(), "stream": stream}
+    started = time.monotonic()
+    response = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30)
+    elapsed = time.monotonic() - started
+    # Before the first chunk, a streamed request fails like a plain one: a JSON error.
+    assert (response.status_code, response.headers["content-type"]) == (504, "application/json")
+    assert response.json() == {
+        "error": {
+            "code": "upstream_timeout",
+            "message": "the model did not answer within 1 seconds",
+            "type": "api_error",
+            "param": None,
+        }
+    }
+    assert timeout <= elapsed < at_most(timeout)
+    (main,) = upstream.received(MAIN_MODEL)  # one attempt, no retry
+    assert upstream.wait_ended(main).disconnected
 
 
 def test_error_before_the_stream_starts_is_a_json_error(sdk, upstream):
