@@ -107,9 +107,11 @@ class Database:
     @contextmanager
     def writing(self) -> Iterator[Session]:
         """A write transaction: committed when the block ends, rolled back if it raises."""
-        # SQLite has one writer at a time. Threads of this process queue on a lock in
-        # arrival order instead of racing for the file lock, whose busy handler sleeps the
-        # losers for growing intervals (the benchmark measured a 4x worse p99 that way).
+        # SQLite has one writer at a time. Threads of this process take turns on an
+        # in-process lock instead of racing for the file lock, whose busy handler sleeps the
+        # losers for growing intervals (the benchmark measured a 4x worse p99 that way). The
+        # lock is a plain threading.Lock, which promises no order: waiters are not
+        # necessarily served in arrival order.
         with self._writer_lock, self._translate_errors(), self._write() as session:
             with session.begin():
                 yield session
