@@ -58,8 +58,7 @@ async def read_body(request: Request, max_bytes: int, timeout: float | None = No
                 chunks.append(chunk)
     except TimeoutError as exc:
         raise RequestTimeout(
-            f"the request body did not arrive within {timeout:g} seconds "
-            f"({size} bytes received)"
+            f"the request body did not arrive within {timeout:g} s (server.body_timeout_seconds)"
         ) from exc
     return b"".join(chunks)
 

@@ -63,7 +63,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._reading_head = False
         self._head_ended_now = True
-        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        # The request line and header lines as sent ("NAME: value\r\n"), without the final CRLF.
+        line = len(self.parser.get_method()) + len(self.url) + len(" HTTP/1.1\r\n") + 1
+        size = line + sum(len(name) + len(value) + 4 for name, value in self.headers)
         self._head_bytes = 0
         if size > self.max_header_bytes:
             self._refusal = self._too_large()
@@ -89,7 +91,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse(self, error: KvmemError) -> None:
         openai = getattr(self, "url", b"").startswith(b"/v1/")
-        body = json.dumps(openai_error_body(error) if openai else error.body()).encode()
+        body = json.dumps(
+            openai_error_body(error) if openai else error.body(), separators=(",", ":")
+        ).encode()
         head = [b"HTTP/1.1 %d %s\r\n" % (error.status, REASONS.get(error.status, b""))]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
         head += [

@@ -31,6 +31,13 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the
 # litellm otherwise installs a regex filter on every log record of the process (uvicorn's
 # access log included), a measurable cost per request; kvmem logs no secrets.
 os.environ.setdefault("LITELLM_DISABLE_REDACT_SECRETS", "true")
+# Pooled upstream connections idle longer than this are not reused but reopened. Servers
+# close idle keep-alive connections after a few seconds (uvicorn and vLLM: 5 s); litellm's
+# 15 s default reuses such a connection just as the upstream closes it, and the request
+# fails with "Connection error" (about 1 % of a burst after a 5 s pause). Expiring first
+# leaves no window; a busy pool still reuses its connections.
+UPSTREAM_KEEPALIVE_SECONDS = 2
+os.environ.setdefault("AIOHTTP_KEEPALIVE_TIMEOUT", str(UPSTREAM_KEEPALIVE_SECONDS))
 import litellm  # noqa: E402
 
 litellm.telemetry = False
