@@ -31,6 +31,7 @@ from kvmem.errors import (
 )
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
 from kvmem.provider import LiteLLMClient, Target
+from kvmem.redaction import SecretScrubber
 from kvmem.store import Entry, MemoryStore
 
 log = logging.getLogger("kvmem.agent")
@@ -191,6 +192,7 @@ class MemoryAgent:
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs: set[AgentRun] = set()
         self._tools = tool_definitions(config.memory.valid_keys)
+        self._scrubber = SecretScrubber.from_config(config)  # failures may quote a secret
         # Decided once from the config, not on every request.
         self._enabled = config.agent_status()[0] and target is not None
 
@@ -267,7 +269,7 @@ class MemoryAgent:
         except Exception as exc:  # the agent must never take the chat down with it
             run.state = "failed"
             log.warning("memory agent failed: user=%s conversation=%s: %s",
-                        user_id, conversation_id, exc)
+                        user_id, conversation_id, self._scrubber.scrub(str(exc)))
         finally:
             self.outcomes[run.state] += 1
             if run._timer is not None:

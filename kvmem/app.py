@@ -20,6 +20,7 @@ from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import KvmemError, MethodNotAllowed, NotFound, openai_error_body
 from kvmem.provider import LiteLLMClient, agent_target, chat_target
+from kvmem.redaction import SecretScrubber
 from kvmem.routes import chat, health, memory, openai
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
@@ -40,7 +41,7 @@ def build_services(
     """The services for `config`; pass `database`, `tokens` or `client` to share existing ones."""
     database = database or Database.from_config(config.database)
     tokens = tokens or TokenCounter()
-    client = client or LiteLLMClient()
+    client = client or LiteLLMClient(SecretScrubber.from_config(config))
     keys = KeyStore(database)
     store = MemoryStore(
         database,
@@ -88,7 +89,7 @@ def create_app(
             if owns_database:
                 services.database.dispose()
 
-    return Starlette(
+    app = Starlette(
         routes=[*health.routes, *memory.routes, *chat.routes, *openai.routes],
         lifespan=lifespan,
         exception_handlers={
@@ -97,6 +98,10 @@ def create_app(
             Exception: render_unexpected,
         },
     )
+    # Starlette would answer `/memory/abc/` with a redirect whose Location names the host
+    # of the client's own Host header; a path kvmem does not serve is a 404, nothing else.
+    app.router.redirect_slashes = False
+    return app
 
 
 def error_response(

@@ -1,15 +1,18 @@
-"""Request bodies: read within `server.max_body_bytes`, parsed as JSON, validated by pydantic."""
+"""Request bodies: read within `server.max_body_bytes` and `server.body_timeout_seconds`,
+parsed as JSON, validated by pydantic."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import sys
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError
 from starlette.requests import Request
 
-from kvmem.errors import BadRequest, BodyTooLarge
+from kvmem.errors import BadRequest, BodyTooLarge, RequestTimeout
 
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -32,18 +35,37 @@ class Preferences(RequestBody):
     memories: StrictBool
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The raw body, refused with 413 as soon as it passes `max_bytes` (never read whole)."""
+async def read_body(request: Request, max_bytes: int, timeout: float | None = None) -> bytes:
+    """The raw body, refused with 413 as soon as it passes `max_bytes` (never read whole), and
+    with 408 unless all of it arrives within `timeout` seconds.
+
+    `timeout` defaults to the app's `server.body_timeout_seconds`, so that every route that
+    reads a body is bounded without passing it: a client dribbling a byte a second would
+    otherwise hold a connection and a task for as long as it likes.
+    """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise BodyTooLarge(f"the request body is {declared} bytes; the limit is {max_bytes}")
+    if timeout is None:
+        timeout = _configured_body_timeout(request)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise BodyTooLarge(f"the request body is over the limit of {max_bytes} bytes")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise BodyTooLarge(f"the request body is over the limit of {max_bytes} bytes")
+                chunks.append(chunk)
+    except TimeoutError as exc:
+        raise RequestTimeout(
+            f"the request body did not arrive within {timeout:g} s (server.body_timeout_seconds)"
+        ) from exc
     return b"".join(chunks)
+
+
+def _configured_body_timeout(request: Request) -> float | None:
+    services = getattr(request.state, "services", None)
+    return services.config.server.body_timeout_seconds if services is not None else None
 
 
 # A `\uD800`-`\uDFFF` escape: JSON allows it, but a lone one is no character at all.
@@ -61,6 +83,10 @@ def parse_json(raw: bytes) -> Any:
         raise BadRequest("the JSON body is nested too deeply") from exc
     except json.JSONDecodeError as exc:
         raise BadRequest(f"malformed JSON body: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    except ValueError as exc:  # Python refuses to convert an integer of over 4,300 digits
+        raise BadRequest(
+            f"the JSON body holds an integer of more than {sys.get_int_max_str_digits()} digits"
+        ) from exc
     if _SURROGATE_ESCAPE.search(raw):
         try:  # pairs decode to real characters; a lone surrogate cannot be encoded
             json.dumps(data, ensure_ascii=False).encode("utf-8")

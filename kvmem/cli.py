@@ -161,6 +161,7 @@ def serve(host: str | None, port: int | None) -> None:
     import uvicorn
 
     from kvmem.app import create_app
+    from kvmem.http_protocol import uvicorn_options
 
     # uvicorn drains on SIGTERM/SIGINT, then re-raises the signal to the handler that was
     # there before it: with this one, a drained shutdown ends the process with exit code 0.
@@ -172,6 +173,7 @@ def serve(host: str | None, port: int | None) -> None:
         port=port,
         log_level="info",
         timeout_graceful_shutdown=config.server.drain_seconds,
+        **uvicorn_options(config.server.max_header_bytes),
     )
 
 

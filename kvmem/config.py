@@ -40,11 +40,15 @@ class Section(BaseModel):
 
 
 class ServerConfig(Section):
-    """Where `kvmem serve` listens and how large a request body may be."""
+    """Where `kvmem serve` listens, and the bounds on what one request may send."""
 
     host: str = "127.0.0.1"
     port: int = Field(8700, ge=0, le=65535)
     max_body_bytes: int = Field(1_048_576, gt=0)
+    # The request line and headers together; larger answers 431 before the app sees them.
+    max_header_bytes: int = Field(65_536, ge=1024)
+    # The whole body must arrive within this long of the handler starting to read it (408).
+    body_timeout_seconds: float = Field(30, gt=0)
     # On SIGTERM: how long in-flight requests (and memory agent runs, up to their own
     # deadlines) may take to finish before they are cut off.
     drain_seconds: float = Field(10, ge=0)

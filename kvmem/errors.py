@@ -2,6 +2,7 @@
 
     KvmemError
     ├── BadRequest                400 bad_request
+    │   └── UpstreamRejected      400/413/422 upstream_rejected (the upstream's status)
     ├── Unauthorized              401 unauthorized
     ├── Forbidden                 403 forbidden
     │   ├── MemoryDisabled        403 memory_disabled
@@ -9,6 +10,7 @@
     ├── NotFound                  404 not_found
     │   └── ModelNotFound         404 model_not_found
     ├── MethodNotAllowed          405 method_not_allowed
+    ├── RequestTimeout            408 request_timeout
     ├── MemoryFull                409 memory_full
     ├── BodyTooLarge              413 body_too_large
     ├── InvalidMemory             422 (base of the write-rule errors below)
@@ -17,6 +19,7 @@
     │   ├── EmptyValue            422 empty_value
     │   └── ValueTooLong          422 value_too_long
     ├── UpstreamRateLimited       429 rate_limited (Retry-After passed through)
+    ├── HeadersTooLarge           431 headers_too_large (answered by the HTTP protocol)
     ├── UpstreamError             502 upstream_error
     ├── StoreUnavailable          503 store_unavailable
     └── UpstreamTimeout           504 upstream_timeout
@@ -52,11 +55,38 @@ class KvmemError(Exception):
         """The error body: `{"error": {"code", "message", ...details}}`."""
         return {"error": {"code": self.code, "message": self.message, **self.details}}
 
+    def openai_body(self) -> dict[str, Any]:
+        """The body with OpenAI's `type` and `param` fields added (under `/v1/`)."""
+        body = self.body()
+        body["error"].setdefault("type", openai_error_type(self))
+        body["error"].setdefault("param", None)
+        return body
+
 
 class BadRequest(KvmemError):
     """The request is malformed: bad JSON, wrong types, a missing or invalid user id."""
 
     status, code = 400, "bad_request"
+
+
+class UpstreamRejected(BadRequest):
+    """The model upstream refused the request as the client's fault (400, 413 or 422), e.g.
+    "maximum context length exceeded"; it answers with the upstream's status."""
+
+    code = "upstream_rejected"
+
+    def __init__(
+        self, message: str, status: int = 400, upstream: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.upstream = upstream
+
+    def openai_body(self) -> dict[str, Any]:
+        """The upstream's own OpenAI error object when it sent one, else kvmem's."""
+        body = super().openai_body()
+        body["error"].update(self.upstream or {})
+        return body
 
 
 class Unauthorized(KvmemError):
@@ -101,6 +131,17 @@ class MethodNotAllowed(KvmemError):
     status, code = 405, "method_not_allowed"
 
 
+class RequestTimeout(KvmemError):
+    """The request body did not arrive within `server.body_timeout_seconds`."""
+
+    status, code = 408, "request_timeout"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        # The rest of the body may still be on its way: end the connection, not wait for it.
+        return {"Connection": "close"}
+
+
 class MemoryFull(KvmemError):
     """The write would take the user's total tokens above `tokenLimit`."""
 
@@ -143,6 +184,12 @@ class ValueTooLong(InvalidMemory):
     code = "value_too_long"
 
 
+class HeadersTooLarge(KvmemError):
+    """The request line and headers are larger than `server.max_header_bytes`."""
+
+    status, code = 431, "headers_too_large"
+
+
 class UpstreamRateLimited(KvmemError):
     """The model upstream answered 429; its `Retry-After` is passed on."""
 
@@ -182,10 +229,12 @@ OPENAI_ERROR_TYPES = {
     403: "permission_error",
     404: "invalid_request_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     409: "invalid_request_error",
     413: "invalid_request_error",
     422: "invalid_request_error",
     429: "rate_limit_error",
+    431: "invalid_request_error",
 }
 
 
@@ -196,10 +245,7 @@ def openai_error_type(exc: KvmemError) -> str:
 
 def openai_error_body(exc: KvmemError) -> dict[str, Any]:
     """kvmem's error body with OpenAI's `type` and `param` fields added."""
-    body = exc.body()
-    body["error"].setdefault("type", openai_error_type(exc))
-    body["error"].setdefault("param", None)
-    return body
+    return exc.openai_body()
 
 
 class ConfigError(Exception):

@@ -25,20 +25,40 @@ BLOCK_PREAMBLE = (
 
 # Characters that would start a new line (str.splitlines splits on all of them) or hide text.
 _LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+# Control characters (C0, DEL, C1) and invisible format characters: zero-width characters,
+# bidi marks, embeddings, overrides and isolates (which make text read differently than it is
+# stored), the byte order mark, and tag characters (which spell hidden ASCII).
+_INVISIBLE = [
+    *range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x061C,
+    *range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2065),
+    *range(0x2066, 0x206A), 0xFEFF, *range(0xE0000, 0xE0080),
+]
+
+
+def _json_escape(code: int) -> str:
+    """`\\uXXXX`, as JSON spells it (a surrogate pair above U+FFFF)."""
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    high, low = divmod(code - 0x10000, 0x400)
+    return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"
+
+
 _ESCAPES = {ord("\\"): "\\\\", ord("<"): "\\u003c", ord(">"): "\\u003e"}
-_ESCAPES.update({ord(c): f"\\u{ord(c):04x}" for c in _LINE_BREAKS})
+_ESCAPES.update({ord(c): _json_escape(ord(c)) for c in _LINE_BREAKS})
 _ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
-_ESCAPES.update({c: f"\\u{c:04x}" for c in range(32) if c not in _ESCAPES})
+_ESCAPES.update({c: _json_escape(c) for c in _INVISIBLE if c not in _ESCAPES})
 
 
 _NEEDS_ESCAPE = re.compile("[" + re.escape("".join(map(chr, _ESCAPES))) + "]")
 
 
 def escape_value(value: str) -> str:
-    """`value` on one line, with backslashes, angle brackets and control characters escaped.
+    """`value` on one line, with backslashes, angle brackets, control characters and
+    invisible format characters escaped as JSON does (`\\n`, `\\u003c`, `\\u202e`, ...).
 
     Angle brackets are escaped so that no value can spell a block delimiter; newlines (and
-    every other line break) so that no value can start a line of its own.
+    every other line break) so that no value can start a line of its own; invisible
+    characters so that what the model reads is what a person reviewing the value sees.
     """
     # Most values need nothing: a C-speed search skips the per-character translation.
     return value.translate(_ESCAPES) if _NEEDS_ESCAPE.search(value) else value

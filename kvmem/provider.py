@@ -18,12 +18,26 @@ import anyio
 from pydantic import SecretStr
 
 from kvmem.config import ChatConfig, Config
-from kvmem.errors import KvmemError, UpstreamError, UpstreamRateLimited, UpstreamTimeout
+from kvmem.errors import (
+    KvmemError,
+    UpstreamError,
+    UpstreamRateLimited,
+    UpstreamRejected,
+    UpstreamTimeout,
+)
+from kvmem.redaction import SecretScrubber
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the price map
 # litellm otherwise installs a regex filter on every log record of the process (uvicorn's
 # access log included), a measurable cost per request; kvmem logs no secrets.
 os.environ.setdefault("LITELLM_DISABLE_REDACT_SECRETS", "true")
+# Pooled upstream connections idle longer than this are not reused but reopened. Servers
+# close idle keep-alive connections after a few seconds (uvicorn and vLLM: 5 s); litellm's
+# 15 s default reuses such a connection just as the upstream closes it, and the request
+# fails with "Connection error" (about 1 % of a burst after a 5 s pause). Expiring first
+# leaves no window; a busy pool still reuses its connections.
+UPSTREAM_KEEPALIVE_SECONDS = 2
+os.environ.setdefault("AIOHTTP_KEEPALIVE_TIMEOUT", str(UPSTREAM_KEEPALIVE_SECONDS))
 import litellm  # noqa: E402
 
 litellm.telemetry = False
@@ -102,7 +116,11 @@ def agent_target(config: Config) -> Target | None:
 
 
 class LiteLLMClient:
-    """Calls models through `litellm.acompletion`; errors come out as `KvmemError`s."""
+    """Calls models through `litellm.acompletion`; errors come out as `KvmemError`s, with
+    every secret `scrubber` knows masked in the upstream's text."""
+
+    def __init__(self, scrubber: SecretScrubber | None = None) -> None:
+        self.scrubber = scrubber or SecretScrubber()
 
     async def aclose(self) -> None:
         """Close the HTTP clients litellm keeps (they are process-wide: call at shutdown)."""
@@ -126,7 +144,7 @@ class LiteLLMClient:
         except TimeoutError as exc:
             raise UpstreamTimeout(_timeout_message(target)) from exc
         except Exception as exc:  # every litellm failure crosses this one boundary
-            raise translate(exc, target) from exc
+            raise translate(exc, target, self.scrubber) from exc
         body = openai_shape(response.model_dump(exclude_none=True))
         if not body.get("choices"):
             raise UpstreamError(
@@ -143,7 +161,7 @@ class LiteLLMClient:
         try:
             response = await litellm.acompletion(stream=True, **arguments)
         except Exception as exc:
-            raise translate(exc, target) from exc
+            raise translate(exc, target, self.scrubber) from exc
         substantive = 0
         try:
             async for chunk in response:
@@ -151,7 +169,7 @@ class LiteLLMClient:
                 substantive += _is_substantive(body)
                 yield body
         except Exception as exc:
-            raise translate(exc, target) from exc
+            raise translate(exc, target, self.scrubber) from exc
         finally:
             with anyio.CancelScope(shield=True):  # close the upstream even when cancelled
                 await response.aclose()
@@ -219,21 +237,62 @@ def _is_substantive(chunk: dict[str, Any]) -> bool:
     )
 
 
-def translate(exc: BaseException, target: Target) -> KvmemError:
-    """The kvmem error for a litellm (or transport) exception."""
+# Upstream statuses that mean the request itself was refused (too long for the context,
+# too large, unprocessable): the client's to fix, so they keep their status. 401 and 403 mean
+# kvmem's own credentials were refused and 404 a model kvmem is configured with is missing:
+# the operator's to fix, so they stay 502 like every other upstream failure.
+CLIENT_FAULTS = frozenset({400, 413, 422})
+
+
+def translate(
+    exc: BaseException, target: Target, scrubber: SecretScrubber | None = None
+) -> KvmemError:
+    """The kvmem error for a litellm (or transport) exception, secrets scrubbed."""
     if isinstance(exc, KvmemError):
         return exc
     if isinstance(exc, litellm.Timeout | TimeoutError):
         return UpstreamTimeout(_timeout_message(target))
-    message = _upstream_message(exc)
+    scrub = (scrubber or SecretScrubber()).scrub
+    message = scrub(_upstream_message(exc))
     if isinstance(exc, litellm.RateLimitError):
         return UpstreamRateLimited(
             f"the model is rate limited: {message}", retry_after=_retry_after(exc)
         )
     # A connection error carries litellm's stand-in 500, not anything the upstream sent.
     status = None if isinstance(exc, litellm.APIConnectionError) else getattr(exc, "status_code", None)
+    if status in CLIENT_FAULTS:
+        upstream = _upstream_error_object(exc, scrub)
+        reason = upstream.get("message") if upstream else None
+        return UpstreamRejected(
+            f"the model refused the request: {reason or message}", status=status, upstream=upstream
+        )
     details = {"upstream_status": status} if isinstance(status, int) else {}
     return UpstreamError(f"the model call failed: {message}", **details)
+
+
+# The fields of an OpenAI error object that are passed on to /v1 clients.
+OPENAI_ERROR_FIELDS = ("message", "type", "param", "code")
+
+
+def _upstream_error_object(exc: BaseException, scrub: Any) -> dict[str, Any] | None:
+    """The upstream's OpenAI error object (`message`, `type`, `param`, `code`), scrubbed.
+
+    litellm keeps it on the openai SDK's exception (`body`), somewhere down the chain of
+    causes; some of litellm's own classes drop it.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        body = getattr(current, "body", None)
+        if isinstance(body, dict) and isinstance(body.get("message"), str):
+            return {
+                name: scrub(value) if isinstance(value, str) else value
+                for name in OPENAI_ERROR_FIELDS
+                if name in body and isinstance(value := body[name], str | int | None)
+            }
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _retry_after(exc: BaseException) -> str | None:

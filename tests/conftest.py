@@ -15,6 +15,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from kvmem.app import create_app  # noqa: E402
 from kvmem.config import Config  # noqa: E402
 from kvmem.db import Database  # noqa: E402
+from kvmem.http_protocol import uvicorn_options  # noqa: E402
 from kvmem.migrate import upgrade  # noqa: E402
 from kvmem.rules import MemoryRules  # noqa: E402
 from kvmem.store import MemoryStore  # noqa: E402
@@ -228,8 +229,10 @@ def make_server(
     servers: list[LiveServer] = []
 
     def make(**sections: Any) -> LiveServer:
-        app = create_app(make_config(**sections), database=database, tokens=tokens)
-        server = LiveServer(app).start()
+        config = make_config(**sections)
+        app = create_app(config, database=database, tokens=tokens)
+        # Served as `kvmem serve` serves it (the HTTP protocol with its bounds).
+        server = LiveServer(app, **uvicorn_options(config.server.max_header_bytes)).start()
         servers.append(server)
         return server
 

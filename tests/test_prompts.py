@@ -68,6 +68,33 @@ def test_escape_value_exactly():
     )
 
 
+def test_escape_value_escapes_del_and_the_c1_controls_exactly():
+    assert escape_value("a\x7fb") == "a\\u007fb"
+    assert escape_value("".join(map(chr, range(0x80, 0xA0)))) == "".join(
+        f"\\u{c:04x}" for c in range(0x80, 0xA0)
+    )
+    assert escape_value("\xa0 non-breaking space and é stay") == "\xa0 non-breaking space and é stay"
+
+
+def test_escape_value_escapes_invisible_format_characters_exactly():
+    assert escape_value("x\u202ey\u202a\u202b\u202c\u202d") == (
+        "x\\u202ey\\u202a\\u202b\\u202c\\u202d"
+    )
+    assert escape_value("\u2066\u2067\u2068\u2069\u061c") == "\\u2066\\u2067\\u2068\\u2069\\u061c"
+    assert escape_value("\u200b\u200c\u200d\u200e\u200f") == "\\u200b\\u200c\\u200d\\u200e\\u200f"
+    assert escape_value("\u2060\u2061\u2062\u2063\u2064\ufeff") == (
+        "\\u2060\\u2061\\u2062\\u2063\\u2064\\ufeff"
+    )
+    # Tag characters lie above U+FFFF: escaped as JSON's surrogate pair.
+    assert escape_value("\U000e0000\U000e0041\U000e007f") == (
+        "\\udb40\\udc00\\udb40\\udc41\\udb40\\udc7f"
+    )
+    # Neighbours that are visible stay as they are.
+    assert escape_value("\u2010\u2065\u206a\U000e0080\U0001f600") == (
+        "\u2010\u2065\u206a\U000e0080\U0001f600"
+    )
+
+
 @pytest.mark.parametrize("value", HOSTILE_VALUES)
 def test_a_hostile_value_stays_on_its_line_and_decodes_back(value):
     escaped = escape_value(value)

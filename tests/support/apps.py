@@ -91,12 +91,13 @@ def delete_memory(key: str, **extra: Any) -> dict[str, Any]:
 class LiveServer:
     """kvmem served by uvicorn on a free 127.0.0.1 port, in a background thread."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, **options: Any) -> None:
+        """`options` are more uvicorn settings (`kvmem.http_protocol.uvicorn_options`)."""
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", **options)
         )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -68,7 +68,19 @@ class Received:
 class ScriptedUpstream:
     """The server: `script(model, *replies)`, then read `requests`."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, keepalive_seconds: float | None = None, drop_idle_after: float | None = None
+    ) -> None:
+        """`keepalive_seconds`: close a connection idle this long between requests, as
+        uvicorn (5 s by default) and vLLM do; None keeps idle connections open.
+
+        `drop_idle_after`: a request that arrives on a connection idle longer than this is
+        answered with a reset, unread. That is the race of a keep-alive timeout (the
+        upstream closes just as the client reuses the connection) made certain: the client
+        cannot tell it from a live connection until it has sent.
+        """
+        self.drop_idle_after = drop_idle_after
+        self.dropped = 0  # requests reset by `drop_idle_after`
         self._replies: dict[str, deque[Reply]] = defaultdict(deque)
         self._defaults: dict[str, Reply] = {}
         self.requests: list[Received] = []
@@ -78,6 +90,9 @@ class ScriptedUpstream:
 
         class Handler(_Handler):
             owner = upstream
+            # The socket timeout ends an idle keep-alive connection (handle_one_request
+            # closes it on TimeoutError while waiting for the next request line).
+            timeout = keepalive_seconds
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -162,6 +177,26 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
         pass
+
+    def handle_one_request(self) -> None:
+        idle_since = getattr(self, "_idle_since", None)
+        limit = self.owner.drop_idle_after
+        if limit is not None and idle_since is not None:
+            select.select([self.connection], [], [])  # the next request (or the client's close)
+            if time.monotonic() - idle_since > limit:
+                with self.owner._lock:
+                    self.owner.dropped += 1
+                self._reset()
+                return
+        super().handle_one_request()
+        self._idle_since = time.monotonic()
+
+    def _reset(self) -> None:
+        """Close the connection with a TCP reset (SO_LINGER 0), answering nothing."""
+        self.connection.setsockopt(
+            socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+        )
+        self.close_connection = True
 
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
