@@ -24,7 +24,7 @@ from tests.support.processes import Result, run, run_all
 
 INVALID_KEY_MESSAGE = (
     "invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
-    "starts with a letter, and is not 'nothing'"
+    "starts with a letter, and is not 'export', 'history' or 'nothing'"
 )
 
 
@@ -147,13 +147,23 @@ def test_export_and_import(store: MemoryStore, folder: Path) -> None:
     )
     assert (to_stdout.code, to_stdout.json()) == (
         0,
-        {"user": "local", "memories": [entry("facts", "Lives in Lyon", 3), entry("likes", "tea", 1)]},
+        {
+            "format": "kvmem.memory.v1",
+            "user": "local",
+            "exported_at": ISO_TIME,
+            "preferences": {"memories": True},
+            "memories": [entry("facts", "Lives in Lyon", 3), entry("likes", "tea", 1)],
+        },
     )
     assert (to_file.code, to_file.stdout) == (0, "")
-    assert json.loads((folder / "backup.json").read_text(encoding="utf-8")) == to_stdout.json()
+    backup = json.loads((folder / "backup.json").read_text(encoding="utf-8"))
+    assert {**backup, "exported_at": None} == {**to_stdout.json(), "exported_at": None}
 
-    # Into another user: every entry, source "import". Into this one: the others stay.
-    (folder / "one.json").write_text(json.dumps({"memories": [{"key": "job", "value": "baker"}]}), encoding="utf-8")
+    # Into another user: every entry, source "import". Into this one: the others stay. The
+    # older shape without "format" is still read.
+    (folder / "one.json").write_text(
+        json.dumps({"user": "local", "memories": [{"key": "job", "value": "baker"}]}), encoding="utf-8"
+    )
     to_bob, merged = run_all(
         [
             ["--config", "memory.yaml", "memory", "import", "backup.json", "--user", "bob"],
@@ -161,7 +171,12 @@ def test_export_and_import(store: MemoryStore, folder: Path) -> None:
         ],
         folder,
     )
-    assert (to_bob.code, to_bob.json(), merged.code, merged.json()) == (0, {"imported": 2}, 0, {"imported": 1})
+    assert (to_bob.code, to_bob.json(), merged.code, merged.json()) == (
+        0,
+        {"imported": 2, "deleted": 0, "total_tokens": 4, "token_limit": 20},
+        0,
+        {"imported": 1, "deleted": 0, "total_tokens": 6, "token_limit": 20},
+    )
     assert stored(store, "bob") == [("facts", "Lives in Lyon", "import"), ("likes", "tea", "import")]
     assert stored(store) == [
         ("facts", "Lives in Lyon", "manual"),
@@ -170,7 +185,9 @@ def test_export_and_import(store: MemoryStore, folder: Path) -> None:
     ]
     # With --replace the other entries go.
     replaced = run(["--config", "memory.yaml", "memory", "import", "one.json", "--replace"], cwd=folder)
-    assert (replaced.code, replaced.json()) == (0, {"imported": 1})
+    assert (replaced.code, replaced.json()) == (
+        0, {"imported": 1, "deleted": 2, "total_tokens": 2, "token_limit": 20}
+    )
     assert stored(store) == [("job", "baker", "import")]
 
 
@@ -193,14 +210,15 @@ def test_import_is_all_or_nothing(store: MemoryStore, folder: Path) -> None:
     ]
     results = run_all([["--config", "memory.yaml", *c] for c in commands], folder)
     assert [(r.code, r.stdout) for r in results] == [(1, ""), (1, ""), (2, ""), (2, "")]
-    assert results[0].stderr == "kvmem: invalid_key: " + INVALID_KEY_MESSAGE.format(key="Bad") + "\n"
+    assert results[0].stderr == (
+        "kvmem: invalid_key: memories[1] (key 'Bad'): " + INVALID_KEY_MESSAGE.format(key="Bad") + "\n"
+    )
     assert results[1].stderr == (
-        "kvmem: memory_full: storing 21 tokens would take memory to 21 tokens, over the limit of 20\n"
+        "kvmem: memory_full: importing 21 tokens would take memory over the limit of 20 tokens "
+        "(passed at key 'job')\n"
     )
     assert results[2].stderr.startswith("kvmem: cannot read broken.json: ")
-    assert results[3].stderr == (
-        'kvmem: wrong_shape.json: expected {"memories": [{"key": str, "value": str}, ...]}\n'
-    )
+    assert results[3].stderr == "kvmem: invalid memory document: memories.0.value: Field required\n"
     assert stored(store) == [("facts", "Lives in Lyon", "manual")]
 
 
