@@ -54,8 +54,12 @@ class PageLog:
             self.console_errors.append(message.text)
 
     def hosts(self) -> set[str]:
-        """The hosts of every request made, `scheme://host:port`."""
-        return {f"{urlsplit(url).scheme}://{urlsplit(url).netloc}" for url in self.requests}
+        """The origins of every network request made, `scheme://host:port`.
+
+        `blob:` and `data:` URLs (an export's download) never leave the browser.
+        """
+        parts = [urlsplit(url) for url in self.requests]
+        return {f"{p.scheme}://{p.netloc}" for p in parts if p.scheme not in ("blob", "data")}
 
     def unexpected_errors(self) -> list[str]:
         """Console errors and exceptions, less the failed fetches the test asked for."""
