@@ -21,9 +21,10 @@ from kvmem.db import Database
 from kvmem.errors import KvmemError, MethodNotAllowed, NotFound, openai_error_body
 from kvmem.provider import LiteLLMClient, agent_target, chat_target
 from kvmem.redaction import SecretScrubber
-from kvmem.routes import chat, health, memory, openai
+from kvmem.routes import chat, health, memory, openai, sessions, ui
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
+from kvmem.sessions import SessionStore
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from kvmem.turn_memory import MemoryService
@@ -56,7 +57,9 @@ def build_services(
         tokens=tokens,
         store=store,
         keys=keys,
-        auth=Authenticator(config.auth, keys),
+        auth=Authenticator(
+            config.auth, keys, SessionStore(database, config.auth.session_seconds)
+        ),
         conversations=ConversationStore(database),
         client=client,
         chat_target=chat_target(config.chat),
@@ -90,7 +93,14 @@ def create_app(
                 services.database.dispose()
 
     app = Starlette(
-        routes=[*health.routes, *memory.routes, *chat.routes, *openai.routes],
+        routes=[
+            *health.routes,
+            *memory.routes,
+            *chat.routes,
+            *openai.routes,
+            *sessions.routes,
+            *ui.routes,
+        ],
         lifespan=lifespan,
         exception_handlers={
             KvmemError: render_error,

@@ -167,6 +167,7 @@ def serve(host: str | None, port: int | None) -> None:
     # there before it: with this one, a drained shutdown ends the process with exit code 0.
     for shutdown_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(shutdown_signal, lambda *_: None)
+    click.echo(f"kvmem: the memory page is at {page_url(host, port)}", err=True)
     uvicorn.run(
         create_app(config, database=database),
         host=host,
@@ -175,6 +176,15 @@ def serve(host: str | None, port: int | None) -> None:
         timeout_graceful_shutdown=config.server.drain_seconds,
         **uvicorn_options(config.server.max_header_bytes),
     )
+
+
+def page_url(host: str, port: int) -> str:
+    """The memory page's address for a server bound to `host` (a wildcard means this machine)."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/ui"
 
 
 @main.command()

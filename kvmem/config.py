@@ -102,6 +102,31 @@ class AuthConfig(Section):
     user_id_headers: list[str] = Field(
         default_factory=lambda: ["X-User-Id", "X-OpenWebUI-User-Id"], min_length=1
     )
+    # How long a token from POST /sessions acts for its user.
+    session_seconds: int = Field(3600, gt=0)
+
+
+# One CSP source expression: a scheme, a host source or a quoted keyword, never a list
+# separator that would let a config value end the directive and start another.
+_CSP_SOURCE = re.compile(r"[^\s;,']+|'(self|none)'")
+
+
+class UiConfig(Section):
+    """The memory page at /ui: which sites may show it in a frame."""
+
+    # CSP frame-ancestors sources; the default lets only kvmem's own pages frame it.
+    frame_ancestors: list[str] = Field(default_factory=lambda: ["'self'"], min_length=1)
+
+    @field_validator("frame_ancestors")
+    @classmethod
+    def _sources(cls, sources: list[str]) -> list[str]:
+        for source in sources:
+            if not _CSP_SOURCE.fullmatch(source):
+                raise ValueError(
+                    f"{source!r} is not a frame-ancestors source: use an origin such as "
+                    "https://chat.example.com, or 'self' or 'none' (quotes included)"
+                )
+        return sources
 
 
 class ChatConfig(Section):
@@ -194,6 +219,7 @@ class Config(Section):
     chat: ChatConfig = ChatConfig()
     memory: MemoryConfig = MemoryConfig()
     endpoints: EndpointsConfig = EndpointsConfig()
+    ui: UiConfig = UiConfig()
 
     def custom_endpoint(self, name: str) -> CustomEndpoint | None:
         """The custom endpoint called `name` (exactly, else ignoring case), if any."""

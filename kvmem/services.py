@@ -8,7 +8,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from kvmem.agent import MemoryAgent
-from kvmem.auth import Authenticator
+from kvmem.auth import Authenticator, accepts_session
 from kvmem.config import Config
 from kvmem.conversations import ConversationStore
 from kvmem.credentials import KeyStore
@@ -45,9 +45,12 @@ def services_of(request: Request) -> Services:
 async def user_of(request: Request, body_user: str | None = None) -> str:
     """The id of the user this request acts for (see `Authenticator.identify`)."""
     auth = services_of(request).auth
+    session_ok = accepts_session(request.url.path)
     if auth.needs_lookup:
-        return await run_in_threadpool(auth.identify, request.headers, body_user)
-    return auth.identify(request.headers, body_user)
+        return await run_in_threadpool(
+            lambda: auth.identify(request.headers, body_user, session_ok=session_ok)
+        )
+    return auth.identify(request.headers, body_user, session_ok=session_ok)
 
 
 def require_memory(services: Services) -> None:

@@ -150,9 +150,24 @@ BOB_CREDENTIALS = {
 }
 
 
-@pytest.mark.parametrize("how", list(BOB_CREDENTIALS))
+def bob_session(world: World) -> dict[str, str]:
+    """A session token minted with bob's key (CONTRACT section 14)."""
+    made = world.client.post("/sessions", headers=bearer(world.bob_key))
+    assert made.status_code == 201
+    return bearer(made.json()["token"])
+
+
+# A session token acts on the memory routes (not on the model routes, so not on /chat).
+MEMORY_CREDENTIALS = {
+    **BOB_CREDENTIALS,
+    "session token": bob_session,
+    "session token, alice forwarded": lambda w: {**bob_session(w), "X-OpenWebUI-User-Id": "alice"},
+}
+
+
+@pytest.mark.parametrize("how", list(MEMORY_CREDENTIALS))
 def test_memory_routes_never_reach_the_other_user(world: World, how: str) -> None:
-    client, bob = world.client, BOB_CREDENTIALS[how](world)
+    client, bob = world.client, MEMORY_CREDENTIALS[how](world)
 
     # Reads: an empty memory, uncounted; alice's keys answer exactly like keys nobody has.
     empty = client.get("/memory", headers=bob)
@@ -238,6 +253,8 @@ ROUTES = [
     ("POST", "/v1/chat/completions", {"model": f"openai/{MAIN_MODEL}",
                                       "messages": [{"role": "user", "content": "hi"}]}),
     ("GET", "/v1/models", None),
+    ("POST", "/sessions", None),
+    ("DELETE", "/sessions/current", None),
 ]
 
 
@@ -264,6 +281,15 @@ def test_outsiders_learn_nothing_on_any_route(world: World, method: str, path: s
     without_key = client.request(method, path, json=body)
     assert raw(with_revoked) == raw(with_unknown)
     assert (with_revoked.status_code, without_key.status_code) == (401, 401)
+
+    # alice's ended session and a token never minted: the same 401, on every route.
+    ended = client.post("/sessions", headers=world.alice).json()["token"]
+    assert client.delete("/sessions/current", headers=bearer(ended)).status_code == 204
+    with_ended = client.request(method, path, json=body, headers=bearer(ended))
+    with_unminted = client.request(method, path, json=body,
+                                   headers=bearer("kvs_" + "A" * (len(ended) - 4)))
+    assert raw(with_ended) == raw(with_unminted)
+    assert with_ended.status_code == 401
     assert with_revoked.json()["error"]["code"] == without_key.json()["error"]["code"] == "unauthorized"
 
     assert len(world.upstream.requests) == calls
@@ -440,7 +466,9 @@ def cast_of(client: TestClient, upstream: Any, database: Database) -> Cast:
         ("bob", bearer(bob, **{"X-OpenWebUI-User-Id": "alice"})),
         ("alice", bearer(SERVICE_KEY, **{"X-OpenWebUI-User-Id": "alice"})),
         (None, bearer(alice, **{"X-User-Id": "bob"})),
+        ("bob", bearer(client.post("/sessions", headers=bearer(bob)).json()["token"])),
         (None, bearer("kvm_wrong")),
+        (None, bearer("kvs_wrong")),
         (None, {}),
     ]
     return Cast(credentials, markers, conversations)

@@ -1,0 +1,581 @@
+// The memory page: a thin client of kvmem's REST API (/memory, /preferences, /sessions).
+// It has no rules of its own: every check is the server's, and its message is shown as is.
+// Everything that came from a person or a model is written with textContent, never as HTML.
+
+const TOKEN_STORAGE = "kvmem.token";
+const UNDO_MS = 10_000;
+
+const $ = (id) => document.getElementById(id);
+// Facts of the server's config that the page needs before any request: whether it must ask
+// for a key first (auth.mode) and whether users may switch memory off (memory.personalize).
+const server = {
+  needsKey: document.body.dataset.authMode === "keys",
+  personalize: document.body.dataset.personalize === "true",
+};
+const state = {
+  token: null,
+  overview: null,
+  editing: null, // the key being edited, or null when adding
+  undo: null, // {key, value, timer}
+  historyKey: null,
+};
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+// --- the API ---------------------------------------------------------------------------
+
+async function api(method, path, body) {
+  const headers = {};
+  if (state.token) headers.Authorization = `Bearer ${state.token}`;
+  const init = { method, headers };
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = typeof body === "string" ? body : JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch {
+    throw new ApiError(0, "network", "kvmem cannot be reached. Check that the server is running.");
+  }
+  if (response.status === 204) return null;
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    const error = data && data.error;
+    throw new ApiError(
+      response.status,
+      error ? error.code : "http_error",
+      error && error.message ? error.message : `The server answered ${response.status}.`,
+    );
+  }
+  return data;
+}
+
+const keyPath = (key) => `/memory/${encodeURIComponent(key)}`;
+
+// --- small view helpers ----------------------------------------------------------------
+
+function element(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(props)) {
+    if (name === "text") node.textContent = value;
+    else if (name === "class") node.className = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value);
+  }
+  node.append(...children);
+  return node;
+}
+
+function showMessage(node, message) {
+  node.textContent = message || "";
+  node.hidden = !message;
+}
+
+const relative = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+const exact = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+const STEPS = [
+  ["year", 365 * 86400],
+  ["month", 30 * 86400],
+  ["week", 7 * 86400],
+  ["day", 86400],
+  ["hour", 3600],
+  ["minute", 60],
+];
+
+function relativeTime(iso) {
+  const seconds = (Date.parse(iso) - Date.now()) / 1000;
+  if (Math.abs(seconds) < 45) return "just now";
+  for (const [unit, size] of STEPS) {
+    if (Math.abs(seconds) >= size || unit === "minute") {
+      return relative.format(Math.round(seconds / size), unit);
+    }
+  }
+  return "just now";
+}
+
+function timeElement(iso) {
+  return element("time", { datetime: iso, title: exact.format(new Date(iso)), text: relativeTime(iso) });
+}
+
+function refreshTimes() {
+  for (const node of document.querySelectorAll("time[datetime]")) {
+    node.textContent = relativeTime(node.getAttribute("datetime"));
+  }
+}
+
+const SOURCE_HINTS = {
+  manual: "Written by hand (this page, the API or the CLI)",
+  agent: "Saved by the memory agent during a chat",
+  import: "Imported from a file",
+  revert: "Restored from the history",
+  mcp: "Written by an MCP client",
+};
+
+const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+
+// --- signing in (keys mode) ------------------------------------------------------------
+
+function takeTokenFromFragment() {
+  const match = /(?:^#|&)token=([^&]*)/.exec(location.hash);
+  if (!match) return;
+  sessionStorage.setItem(TOKEN_STORAGE, decodeURIComponent(match[1]));
+  // The token must not stay in the address bar, the history or a bookmark.
+  history.replaceState(null, "", location.pathname + location.search);
+}
+
+function showSignIn(message) {
+  $("app").hidden = true;
+  $("page-state").hidden = true;
+  $("sign-out").hidden = true;
+  $("sign-in").hidden = false;
+  showMessage($("sign-in-error"), message);
+  $("sign-in-token").focus();
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const token = $("sign-in-token").value.trim();
+  if (!token) {
+    showMessage($("sign-in-error"), "Paste a key or a session token.");
+    return;
+  }
+  state.token = token;
+  sessionStorage.setItem(TOKEN_STORAGE, token);
+  $("sign-in-token").value = "";
+  await start();
+}
+
+async function signOut() {
+  if (state.token) {
+    // Ends the token on the server when it is a session; a key just stays with its owner.
+    await api("DELETE", "/sessions/current").catch(() => null);
+  }
+  sessionStorage.removeItem(TOKEN_STORAGE);
+  state.token = null;
+  showSignIn("");
+}
+
+// --- loading and rendering -------------------------------------------------------------
+
+async function start() {
+  if (server.needsKey && !state.token) {
+    showSignIn("");
+    return;
+  }
+  try {
+    const [overview, preferences] = await Promise.all([api("GET", "/memory"), loadPreferences()]);
+    $("sign-in").hidden = true;
+    $("page-state").hidden = true;
+    $("app").hidden = false;
+    $("sign-out").hidden = !state.token;
+    renderOverview(overview);
+    renderPreferences(preferences);
+    performance.mark("kvmem:rendered");
+  } catch (error) {
+    if (error.status === 401) {
+      const hadToken = Boolean(state.token);
+      sessionStorage.removeItem(TOKEN_STORAGE);
+      state.token = null;
+      showSignIn(hadToken ? error.message : "");
+    } else {
+      $("app").hidden = true;
+      $("page-state").hidden = false;
+      $("page-state").textContent =
+        error.code === "memory_disabled" ? "Memory is turned off on this server." : error.message;
+    }
+  }
+}
+
+async function loadPreferences() {
+  const preferences = await api("GET", "/preferences");
+  return { ...preferences, switchable: server.personalize };
+}
+
+async function reload() {
+  renderOverview(await api("GET", "/memory"));
+}
+
+function renderOverview(overview) {
+  state.overview = overview;
+  renderUsage(overview);
+  renderKeyField(overview.valid_keys);
+  const list = $("entries");
+  const items = document.createDocumentFragment();
+  for (const entry of overview.memories) items.append(entryItem(entry));
+  list.replaceChildren(items);
+  list.setAttribute("aria-busy", "false");
+  const count = overview.memories.length;
+  $("entries-count").textContent = count ? `(${count})` : "";
+  $("empty").hidden = count > 0;
+  $("clear-all").disabled = count === 0;
+}
+
+function renderUsage({ total_tokens: total, token_limit: limit, usage_percentage: percent }) {
+  const bar = $("usage-bar");
+  if (limit === null || limit === undefined) {
+    // Without a limit there is nothing to measure against: no bar, just the count.
+    bar.hidden = true;
+    bar.removeAttribute("aria-valuenow");
+    $("usage-text").textContent = `${plural(total, "token", "tokens")}, no limit`;
+    return;
+  }
+  const shown = Math.min(percent, 100);
+  bar.hidden = false;
+  bar.setAttribute("aria-valuenow", String(percent));
+  bar.setAttribute("aria-valuetext", `${percent}% (${total} of ${limit} tokens)`);
+  bar.classList.toggle("warn", percent >= 80 && percent < 100);
+  bar.classList.toggle("full", percent >= 100);
+  $("usage-fill").style.width = `${shown}%`;
+  $("usage-text").textContent = `${total} of ${limit} tokens`;
+}
+
+function renderPreferences({ memories, switchable }) {
+  const box = $("use-memory");
+  box.checked = memories;
+  box.disabled = !switchable;
+  $("use-memory-hint").textContent = switchable
+    ? "When this is off, the assistant neither reads nor saves memories in your chats. You can still edit them here."
+    : "This server uses memory in every chat: its administrator has turned off the option to switch it off (memory.personalize is false).";
+}
+
+function renderKeyField(validKeys) {
+  const current = $("entry-key");
+  const wantSelect = Array.isArray(validKeys) && validKeys.length > 0;
+  const options = wantSelect ? validKeys.join("\n") : "";
+  if (wantSelect === (current.tagName === "SELECT") && current.dataset.options === options) return;
+  let field;
+  if (wantSelect) {
+    field = element("select", { id: "entry-key" }, element("option", { value: "", text: "Choose a key…" }));
+    for (const key of validKeys) field.append(element("option", { value: key, text: key }));
+    field.dataset.options = options;
+  } else {
+    field = element("input", {
+      id: "entry-key",
+      autocomplete: "off",
+      spellcheck: "false",
+      placeholder: "e.g. user_preferences",
+    });
+  }
+  field.value = current.value;
+  current.replaceWith(field);
+}
+
+function entryItem(entry) {
+  const keyId = `memory-key-${entry.key}`;
+  const meta = element(
+    "p",
+    { class: "meta" },
+    element("span", { text: plural(entry.token_count, "token", "tokens") }),
+    element("span", { class: `source source-${entry.source}`, title: SOURCE_HINTS[entry.source] || "", text: entry.source }),
+    timeElement(entry.updated_at),
+  );
+  const actions = element(
+    "div",
+    { class: "actions" },
+    element("button", { type: "button", class: "quiet", "aria-describedby": keyId, text: "Edit", onclick: () => beginEdit(entry) }),
+    element("button", { type: "button", class: "quiet", "aria-describedby": keyId, text: "History", onclick: () => openHistory(entry.key) }),
+    element("button", { type: "button", class: "quiet danger-text", "aria-describedby": keyId, text: "Delete", onclick: () => deleteEntry(entry) }),
+  );
+  return element(
+    "li",
+    { class: "entry" },
+    element("div", { class: "entry-top" }, element("h3", { class: "key", id: keyId, text: entry.key }), meta),
+    element("p", { class: "value", text: entry.value }),
+    actions,
+  );
+}
+
+// --- add and edit ----------------------------------------------------------------------
+
+function beginEdit(entry) {
+  state.editing = entry.key;
+  const field = $("entry-key");
+  if (field.tagName === "SELECT" && ![...field.options].some((o) => o.value === entry.key)) {
+    // A key stored before validKeys changed: shown so that the server can say why it is refused.
+    field.append(element("option", { value: entry.key, text: entry.key }));
+  }
+  field.value = entry.key;
+  field.disabled = field.tagName === "SELECT";
+  field.readOnly = true;
+  $("entry-value").value = entry.value;
+  $("editing-note").textContent = `Editing “${entry.key}”. Saving replaces its value.`;
+  $("editing-note").hidden = false;
+  $("cancel-edit").hidden = false;
+  showMessage($("form-error"), "");
+  $("entry-value").focus();
+  $("entry-form").scrollIntoView({ block: "nearest" });
+}
+
+function endEdit() {
+  state.editing = null;
+  const field = $("entry-key");
+  field.disabled = false;
+  field.readOnly = false;
+  field.value = "";
+  $("entry-value").value = "";
+  $("editing-note").hidden = true;
+  $("cancel-edit").hidden = true;
+  showMessage($("form-error"), "");
+}
+
+async function saveEntry(event) {
+  event.preventDefault();
+  const key = state.editing ?? $("entry-key").value.trim();
+  const value = $("entry-value").value;
+  if (!key) {
+    showMessage($("form-error"), $("entry-key").tagName === "SELECT" ? "Choose a key." : "Enter a key.");
+    $("entry-key").focus();
+    return;
+  }
+  try {
+    const result = await api("PUT", keyPath(key), { value });
+    const editing = state.editing !== null;
+    endEdit();
+    await reload();
+    announce(editing ? `Saved “${key}”.` : `Added “${key}” (${plural(result.memory.token_count, "token", "tokens")}).`);
+    $("entry-key").focus();
+  } catch (error) {
+    // Nothing typed is lost: the fields keep their text until the write succeeds.
+    showMessage($("form-error"), error.message);
+  }
+}
+
+// --- delete and undo -------------------------------------------------------------------
+
+function announce(message, ...extra) {
+  $("status").replaceChildren(element("span", { text: message }), ...extra);
+}
+
+async function deleteEntry(entry) {
+  showMessage($("page-error"), "");
+  try {
+    await api("DELETE", keyPath(entry.key));
+  } catch (error) {
+    showMessage($("page-error"), error.message);
+    return;
+  }
+  if (state.editing === entry.key) endEdit();
+  offerUndo(entry);
+  reload().catch((error) => showMessage($("page-error"), error.message));
+}
+
+function offerUndo(entry) {
+  clearUndo();
+  const undo = element("button", { type: "button", class: "link", text: "Undo", onclick: () => undoDelete(entry) });
+  announce(`Deleted “${entry.key}”.`, undo);
+  undo.focus();
+  state.undo = {
+    key: entry.key,
+    timer: setTimeout(() => {
+      const hadFocus = $("status").contains(document.activeElement);
+      clearUndo();
+      if (hadFocus) $("entries-title").focus();
+    }, UNDO_MS),
+  };
+}
+
+function clearUndo() {
+  if (!state.undo) return;
+  clearTimeout(state.undo.timer);
+  state.undo = null;
+  $("status").replaceChildren();
+}
+
+async function undoDelete(entry) {
+  clearUndo();
+  try {
+    // Undo is a revert (section 10): back to the change just before the delete.
+    const { changes } = await api("GET", `${keyPath(entry.key)}/history`);
+    const deleted = changes.findIndex((change) => change.op === "delete");
+    const before = deleted >= 0 ? changes[deleted + 1] : undefined;
+    if (before && before.op === "set") {
+      await api("POST", `${keyPath(entry.key)}/revert`, { to: before.id });
+    } else {
+      // The server keeps no history (memory.history.keep_days: 0): write the value back.
+      await api("PUT", keyPath(entry.key), { value: entry.value });
+    }
+    await reload();
+    announce(`Restored “${entry.key}”.`);
+  } catch (error) {
+    showMessage($("page-error"), error.message);
+  }
+}
+
+// --- history ---------------------------------------------------------------------------
+
+async function openHistory(key) {
+  state.historyKey = key;
+  $("history-title").textContent = `History of “${key}”`;
+  $("history-list").replaceChildren();
+  showMessage($("history-error"), "");
+  $("history-state").textContent = "Loading…";
+  $("history-dialog").showModal();
+  await renderHistory();
+}
+
+async function renderHistory() {
+  const key = state.historyKey;
+  try {
+    const { changes } = await api("GET", `${keyPath(key)}/history`);
+    const items = changes.map((change, index) => changeItem(key, change, index === 0));
+    $("history-list").replaceChildren(...items);
+    $("history-state").textContent = changes.length
+      ? "Newest first. Restore sets the memory back to the value it had after that change."
+      : "No changes are recorded for this key.";
+  } catch (error) {
+    $("history-state").textContent = "";
+    showMessage($("history-error"), error.message);
+  }
+}
+
+function changeItem(key, change, current) {
+  const what = change.op === "delete" ? "Deleted" : change.old_value === null ? "Created" : "Changed";
+  const shown = change.op === "delete" ? change.old_value : change.new_value;
+  const restore = element("button", {
+    type: "button",
+    class: "quiet",
+    text: "Restore",
+    onclick: () => restoreChange(key, change),
+  });
+  if (current) {
+    restore.disabled = true;
+    restore.title = "This is the current value";
+  }
+  return element(
+    "li",
+    { class: "change" },
+    element(
+      "p",
+      { class: "meta" },
+      element("strong", { text: what }),
+      element("span", { class: `source source-${change.source}`, title: SOURCE_HINTS[change.source] || "", text: change.source }),
+      timeElement(change.at),
+      current ? element("span", { class: "badge", text: "current" }) : "",
+    ),
+    element("p", { class: change.op === "delete" ? "value removed" : "value", text: shown ?? "" }),
+    element("div", { class: "actions" }, restore),
+  );
+}
+
+async function restoreChange(key, change) {
+  showMessage($("history-error"), "");
+  try {
+    await api("POST", `${keyPath(key)}/revert`, { to: change.id });
+    await reload();
+    announce(`Restored “${key}” to its value from ${exact.format(new Date(change.at))}.`);
+    if (state.overview.memories.some((entry) => entry.key === key)) {
+      await renderHistory();
+    } else {
+      $("history-dialog").close();
+    }
+  } catch (error) {
+    showMessage($("history-error"), error.message);
+  }
+}
+
+// --- preferences, export, import, clear ------------------------------------------------
+
+async function toggleMemory() {
+  const box = $("use-memory");
+  const wanted = box.checked;
+  showMessage($("page-error"), "");
+  try {
+    const { memories } = await api("PATCH", "/preferences", { memories: wanted });
+    box.checked = memories;
+    announce(memories ? "Memory is on for your chats." : "Memory is off: chats neither read nor save it.");
+  } catch (error) {
+    box.checked = !wanted;
+    showMessage($("page-error"), error.message);
+  }
+}
+
+async function exportMemory() {
+  showMessage($("page-error"), "");
+  try {
+    const document_ = await api("GET", "/memory/export");
+    const blob = new Blob([JSON.stringify(document_, null, 2)], { type: "application/json" });
+    const link = element("a", {
+      href: URL.createObjectURL(blob),
+      download: `kvmem-memory-${new Date().toISOString().slice(0, 10)}.json`,
+    });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 0);
+    announce(`Exported ${plural(document_.memories.length, "memory", "memories")}.`);
+  } catch (error) {
+    showMessage($("page-error"), error.message);
+  }
+}
+
+async function importMemory() {
+  const input = $("import-file");
+  const file = input.files[0];
+  input.value = "";
+  if (!file) return;
+  showMessage($("page-error"), "");
+  try {
+    const result = await api("POST", "/memory/import?mode=merge", await file.text());
+    await reload();
+    announce(`Imported ${plural(result.imported, "memory", "memories")} from ${file.name}.`);
+  } catch (error) {
+    showMessage($("page-error"), `${file.name}: ${error.message}`);
+  }
+}
+
+async function clearAll() {
+  $("clear-dialog").close();
+  showMessage($("page-error"), "");
+  try {
+    const { deleted } = await api("DELETE", "/memory");
+    clearUndo();
+    endEdit();
+    await reload();
+    announce(`Cleared ${plural(deleted, "memory", "memories")}.`);
+    $("entries-title").focus();
+  } catch (error) {
+    showMessage($("page-error"), error.message);
+  }
+}
+
+// --- wiring ----------------------------------------------------------------------------
+
+function wire() {
+  $("sign-in-form").addEventListener("submit", signIn);
+  $("sign-out").addEventListener("click", signOut);
+  $("entry-form").addEventListener("submit", saveEntry);
+  $("entry-form").addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && state.editing !== null) endEdit();
+  });
+  $("cancel-edit").addEventListener("click", () => {
+    endEdit();
+    $("entry-key").focus();
+  });
+  $("use-memory").addEventListener("change", toggleMemory);
+  $("export").addEventListener("click", exportMemory);
+  $("import").addEventListener("click", () => $("import-file").click());
+  $("import-file").addEventListener("change", importMemory);
+  $("clear-all").addEventListener("click", () => $("clear-dialog").showModal());
+  $("clear-cancel").addEventListener("click", () => $("clear-dialog").close());
+  $("clear-confirm").addEventListener("click", clearAll);
+  $("history-close").addEventListener("click", () => $("history-dialog").close());
+  setInterval(refreshTimes, 60_000);
+}
+
+takeTokenFromFragment();
+state.token = sessionStorage.getItem(TOKEN_STORAGE);
+wire();
+start();
