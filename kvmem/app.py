@@ -11,6 +11,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from kvmem.agent import MemoryAgent
 from kvmem.auth import Authenticator
@@ -20,7 +21,8 @@ from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import KvmemError, MethodNotAllowed, NotFound, openai_error_body
 from kvmem.provider import LiteLLMClient, agent_target, chat_target
-from kvmem.routes import chat, health, memory, openai
+from kvmem.mcp_server import McpEndpoint, McpHttp
+from kvmem.routes import chat, health, hooks, memory, openai
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
 from kvmem.store import MemoryStore
@@ -28,6 +30,8 @@ from kvmem.tokens import TokenCounter
 from kvmem.turn_memory import MemoryService
 
 log = logging.getLogger("kvmem")
+
+MCP_STATE = "mcp"  # the lifespan state key of the running MCP transport
 
 
 def build_services(
@@ -72,8 +76,12 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         services = build_services(config, database=database, tokens=tokens, client=client)
+        mcp = McpHttp(services)
         try:
-            yield {"services": services}
+            # The MCP transport's task group lives as long as the app; it ends first, so no
+            # MCP call is still writing while the rest shuts down.
+            async with mcp.running():
+                yield {"services": services, MCP_STATE: mcp}
         finally:
             # Agent runs may finish until their own deadlines (a memory the user just asked
             # for still lands during a deploy), never longer than drain_seconds; then the
@@ -84,7 +92,14 @@ def create_app(
                 services.database.dispose()
 
     return Starlette(
-        routes=[*health.routes, *memory.routes, *chat.routes, *openai.routes],
+        routes=[
+            *health.routes,
+            *memory.routes,
+            *hooks.routes,
+            *chat.routes,
+            *openai.routes,
+            Route("/mcp", McpEndpoint(MCP_STATE)),
+        ],
         lifespan=lifespan,
         exception_handlers={
             KvmemError: render_error,
