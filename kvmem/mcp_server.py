@@ -26,10 +26,11 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from kvmem.agent import KEY_DESCRIPTION, refusal_message, tool_schema
-from kvmem.errors import Forbidden, KvmemError, NotFound
+from kvmem.bodies import read_body
+from kvmem.errors import BadRequest, Forbidden, KvmemError, MethodNotAllowed, NotFound
 from kvmem.overview import memory_overview
 from kvmem.services import Services, user_of
 
@@ -254,6 +255,7 @@ class McpHttp:
     """
 
     def __init__(self, services: Services) -> None:
+        self.max_body_bytes = services.config.server.max_body_bytes
         self.sessions = StreamableHTTPSessionManager(
             app=MemoryMcp(services).server(),
             json_response=True,
@@ -277,10 +279,35 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         check_origin(request)
+        if request.method != "POST":
+            # Stateless: no session to end (DELETE) and no server-sent stream to open (GET),
+            # which the transport answers with 405 too.
+            raise MethodNotAllowed(f"{request.method} is not allowed on /mcp: send JSON-RPC by POST")
+        content_type = request.headers.get("content-type", "")
+        if not content_type.lower().startswith("application/json"):
+            raise BadRequest("POST /mcp takes a JSON-RPC message: send Content-Type: application/json")
         user = await user_of(request)
         transport: McpHttp = scope["state"][self.state_key]
+        # Read here, within server.max_body_bytes, so that an oversized body gets kvmem's
+        # 413; the transport then reads the same bytes.
+        body = await read_body(request, transport.max_body_bytes)
         scope[USER_SCOPE_KEY] = user
-        await transport.sessions.handle_request(scope, receive, send)
+        await transport.sessions.handle_request(scope, _replay(body, receive), send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives `body` (already read) first, then what the client sends next
+    (its disconnect)."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
 
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
