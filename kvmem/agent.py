@@ -66,6 +66,8 @@ class AgentRun:
 
     state: AgentState
     updates: list[MemoryUpdate] = field(default_factory=list)
+    # The conversation the run reads; its writes are recorded in the history with it.
+    conversation_id: str | None = None
     task: asyncio.Task[None] | None = None
     deadline: float | None = None  # time.monotonic(); None until the main response ends
     _events: asyncio.Queue[MemoryUpdate] = field(default_factory=asyncio.Queue)
@@ -232,7 +234,7 @@ class MemoryAgent:
         `AgentRun.main_ended`; the sidecar hook, which has no main response, passes one.
         """
         loop = asyncio.get_running_loop()
-        run = AgentRun(state="running", _loop=loop)
+        run = AgentRun(state="running", conversation_id=conversation_id, _loop=loop)
         run.task = loop.create_task(self._run(run, user_id, conversation_id, entries, window))
         self._tasks.add(run.task)
         self._runs.add(run)
@@ -370,12 +372,17 @@ class MemoryAgent:
         return f'Error: tool "{name}" does not exist. Use set_memory or delete_memory.', False
 
     def _set(self, run: AgentRun, user_id: str, args: SetMemoryArguments) -> str:
-        written = self.store.set(user_id, args.key, args.value, "agent", guard=run.check_deadline)
+        written = self.store.set(
+            user_id, args.key, args.value, "agent",
+            conversation_id=run.conversation_id, guard=run.check_deadline,
+        )
         run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
         return f'Memory set for key "{written.entry.key}" ({written.entry.token_count} tokens)'
 
     def _delete(self, run: AgentRun, user_id: str, key: str) -> str:
-        self.store.delete(user_id, key, guard=run.check_deadline)
+        self.store.delete(
+            user_id, key, "agent", conversation_id=run.conversation_id, guard=run.check_deadline
+        )
         run.record(MemoryUpdate("delete", key))
         return f'Memory deleted for key "{key}"'
 

@@ -46,7 +46,12 @@ def build_services(
     tokens = tokens or TokenCounter()
     client = client or LiteLLMClient()
     keys = KeyStore(database)
-    store = MemoryStore(database, MemoryRules.from_config(config.memory), tokens)
+    store = MemoryStore(
+        database,
+        MemoryRules.from_config(config.memory),
+        tokens,
+        keep_days=config.memory.history.keep_days,
+    )
     agent = MemoryAgent(config, store, client, agent_target(config))
     return Services(
         config=config,

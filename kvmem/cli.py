@@ -123,7 +123,12 @@ def open_store(loaded: LoadedConfig) -> Any:
     from kvmem.tokens import TokenCounter
 
     rules = MemoryRules.from_config(loaded.config.memory)
-    return MemoryStore(open_database(loaded), rules, TokenCounter())
+    return MemoryStore(
+        open_database(loaded),
+        rules,
+        TokenCounter(),
+        keep_days=loaded.config.memory.history.keep_days,
+    )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -338,13 +343,14 @@ def memory_clear(user_id: str) -> None:
 @user_option
 @click.argument("file", required=False, type=click.Path(dir_okay=False, allow_dash=True))
 def memory_export(user_id: str, file: str | None) -> None:
-    """Write the user's entries as JSON to FILE (default: standard output)."""
+    """Write the user's memory as a kvmem.memory.v1 document to FILE (default: stdout)."""
+    from kvmem.exports import export_document
+
     loaded = loaded_config()
     user_id = checked_user(user_id)
     store = open_store(loaded)
     with operation():
-        snapshot = store.snapshot(user_id)
-    document = {"user": user_id, "memories": [entry.as_json() for entry in snapshot.entries]}
+        document = export_document(user_id, store.snapshot(user_id))
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     if file in (None, "-"):
         click.echo(text, nl=False)
@@ -356,31 +362,96 @@ def memory_export(user_id: str, file: str | None) -> None:
 @config_option
 @user_option
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--replace", is_flag=True, help="Delete the user's other entries first.")
+@click.option("--replace", is_flag=True, help="Delete the user's other entries too.")
 def memory_import(user_id: str, file: str, replace: bool) -> None:
-    """Write entries from a JSON file made by `export` (all or none)."""
+    """Write the entries of a document made by `export` (all or none)."""
+    from kvmem.exports import read_document
+
     loaded = loaded_config()
     user_id = checked_user(user_id)
-    items = _read_import(file)
-    store = open_store(loaded)
-    with operation():
-        count = store.import_entries(user_id, items, replace=replace)
-    print_json({"imported": count})
-
-
-def _read_import(file: str) -> list[tuple[str, str]]:
     try:
         text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
-        document = json.loads(text)
+        data = json.loads(text)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         fail(f"cannot read {file}: {exc}", 2)
-    entries = document.get("memories") if isinstance(document, dict) else None
-    if not isinstance(entries, list) or not all(
-        isinstance(e, dict) and isinstance(e.get("key"), str) and isinstance(e.get("value"), str)
-        for e in entries
-    ):
-        fail(f'{file}: expected {{"memories": [{{"key": str, "value": str}}, ...]}}', 2)
-    return [(entry["key"], entry["value"]) for entry in entries]
+    with operation():
+        items = read_document(data)
+    store = open_store(loaded)
+    with operation():
+        imported = store.import_document(
+            user_id, items, mode="replace" if replace else "merge"
+        )
+    print_json(
+        {
+            "imported": imported.imported,
+            "deleted": imported.deleted,
+            "total_tokens": imported.total_tokens,
+            "token_limit": loaded.config.memory.token_limit,
+        }
+    )
+
+
+@memory.command("history")
+@config_option
+@user_option
+@click.argument("key", required=False)
+@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True,
+              help="How many changes to show (newest first).")
+@click.option("--before", type=click.IntRange(min=1), default=None,
+              help="Only changes with an id below this (the `next` of the previous page).")
+def memory_history(user_id: str, key: str | None, limit: int, before: int | None) -> None:
+    """Print the user's changes (of KEY, if given), newest first, as GET /memory/history."""
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    store = open_store(loaded)
+    with operation():
+        print_json(store.history(user_id, key, limit, before).as_json())
+
+
+@memory.command("revert")
+@config_option
+@user_option
+@click.argument("key")
+@click.argument("change_id", type=int)
+def memory_revert(user_id: str, key: str, change_id: int) -> None:
+    """Set KEY back to its value right after change CHANGE_ID (every write rule applies)."""
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    store = open_store(loaded)
+    with operation():
+        reverted = store.revert(user_id, key, change_id)
+    print_json(
+        {
+            "memory": reverted.entry.as_json() if reverted.entry else None,
+            "total_tokens": reverted.total_tokens,
+            "token_limit": loaded.config.memory.token_limit,
+        }
+    )
+
+
+@main.group()
+@config_option
+def user() -> None:
+    """Whole users: erase everything kvmem holds for one."""
+
+
+@user.command("erase")
+@config_option
+@click.option("--user", "user_id", required=True, help="The user to erase.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def user_erase(user_id: str, yes: bool) -> None:
+    """Delete the user's entries, history, conversations, preferences, usage, sessions and
+    API keys, in one transaction; prints the counts."""
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    if not yes:
+        if not sys.stdin.isatty():
+            fail("refusing to erase without --yes when standard input is not a terminal", 2)
+        click.confirm(f"Erase everything kvmem holds for user {user_id!r}?", abort=True)
+    store = open_store(loaded)
+    with operation():
+        erased = store.erase_user(user_id)
+    print_json(erased.as_json())
 
 
 @main.group()

@@ -23,7 +23,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 KEY_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,127}")
-RESERVED_KEYS = frozenset({"nothing"})
+# "nothing" is LibreChat's sentinel; "history" and "export" name routes under /memory/.
+RESERVED_KEYS = frozenset({"nothing", "history", "export"})
+
+
+def reserved_keys_text() -> str:
+    """The reserved keys as a message lists them: 'export', 'history' or 'nothing'."""
+    names = [f"'{key}'" for key in sorted(RESERVED_KEYS)]
+    return ", ".join(names[:-1]) + " or " + names[-1]
 
 
 class Section(BaseModel):
@@ -125,6 +132,14 @@ class AgentConfig(Section):
     grace_seconds: float = Field(3, ge=0)
 
 
+class HistoryConfig(Section):
+    """`memory.history`: how long the change log of every entry is kept."""
+
+    # 0 keeps no history at all; older changes are removed when the user next writes and
+    # are never shown once they are older than this.
+    keep_days: int = Field(90, ge=0)
+
+
 class MemoryConfig(Section):
     """LibreChat's `memory:` block, with the same field names and meaning."""
 
@@ -136,6 +151,7 @@ class MemoryConfig(Section):
     max_input_tokens: int = Field(12_000, alias="maxInputTokens", gt=0)
     message_window_size: int = Field(5, alias="messageWindowSize", gt=0)
     agent: AgentConfig | None = None
+    history: HistoryConfig = HistoryConfig()
 
     @field_validator("valid_keys")
     @classmethod
@@ -144,7 +160,7 @@ class MemoryConfig(Section):
             if not KEY_PATTERN.fullmatch(key) or key in RESERVED_KEYS:
                 raise ValueError(
                     f"{key!r} can never be stored: keys match ^[a-z][a-z0-9_]{{0,127}}$ "
-                    "and are not 'nothing'"
+                    f"and are not {reserved_keys_text()}"
                 )
         return list(dict.fromkeys(keys)) if keys else None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvmem.config import KEY_PATTERN, RESERVED_KEYS, MemoryConfig
+from kvmem.config import KEY_PATTERN, RESERVED_KEYS, MemoryConfig, reserved_keys_text
 from kvmem.errors import BadRequest, EmptyValue, InvalidKey, KeyNotAllowed, ValueTooLong
 
 
@@ -31,7 +31,7 @@ class MemoryRules:
         if not KEY_PATTERN.fullmatch(key) or key in RESERVED_KEYS:
             raise InvalidKey(
                 f"invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
-                "starts with a letter, and is not 'nothing'"
+                f"starts with a letter, and is not {reserved_keys_text()}"
             )
         return key
 

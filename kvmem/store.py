@@ -1,7 +1,10 @@
-"""The memory store: each user's key/value entries and opt-out switch.
+"""The memory store: each user's key/value entries, their history and opt-out switch.
 
 Every write applies `MemoryRules` and checks `tokenLimit` inside one transaction that holds
-the user's write lock, so the limit holds under any concurrency. Every query is scoped by
+the user's write lock, so the limit holds under any concurrency; the change it makes is
+recorded (`kvmem.history`) in that same transaction, so history is never missing a write
+nor holds one that did not happen. A write that leaves the value as it was changes nothing:
+no change is recorded and `updated_at` and `source` stay. Every query is scoped by
 `user_id`; callers get frozen dataclasses, never a session.
 """
 
@@ -18,12 +21,19 @@ from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from kvmem.db import Database
-from kvmem.errors import MemoryFull, NotFound
+from kvmem.erasure import Erased, erase_user_rows
+from kvmem.errors import BadRequest, KvmemError, MemoryFull, NotFound
+from kvmem.history import Change, ChangeLog, ChangeSource, HistoryPage, iso
 from kvmem.rules import MemoryRules
 from kvmem.tables import MemoryEntry, User, utcnow
 from kvmem.tokens import TokenCounter
 
-Source = Literal["manual", "agent", "import"]
+Source = ChangeSource
+ImportMode = Literal["merge", "replace"]
+__all__ = [
+    "Change", "Entry", "Erased", "HistoryPage", "Imported", "MemoryStore", "Reverted",
+    "Snapshot", "Written", "iso",
+]
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,26 @@ class Written:
     entry: Entry
     created: bool
     total_tokens: int
+    # The recorded change; None when the value did not change or no history is kept.
+    change_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Imported:
+    """The outcome of an import: entries written, entries deleted (`replace`), the total now."""
+
+    imported: int
+    deleted: int
+    total_tokens: int
+
+
+@dataclass(frozen=True)
+class Reverted:
+    """The outcome of a `revert`: the entry now (None when the key is now deleted)."""
+
+    entry: Entry | None
+    total_tokens: int
+    change_id: int | None
 
 
 _SNAPSHOT = (
@@ -85,7 +115,7 @@ _SNAPSHOT = (
 )
 
 
-_USER_STATE = select(User.memories_enabled, User.memory_version).where(
+_USER_STATE = select(User.memories_enabled, User.memory_version, User.created_at).where(
     User.id == bindparam("user_id")
 )
 _BUMP = (
@@ -95,15 +125,20 @@ _BUMP = (
 )
 
 
+# A user row's memory version, with its creation time: a user erased and seen again starts
+# at version 0 anew, so the version alone could match entries cached before the erasure.
+Version = tuple[datetime, int]
+
+
 class EntryCache:
     """The last entries read per user, tagged with the user's memory version (bounded LRU)."""
 
     def __init__(self, size: int = 1024) -> None:
         self.size = size
-        self._items: OrderedDict[str, tuple[int, tuple[Entry, ...]]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[Version, tuple[Entry, ...]]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, user_id: str, version: int) -> tuple[Entry, ...] | None:
+    def get(self, user_id: str, version: Version) -> tuple[Entry, ...] | None:
         """The cached entries if they were read at `version`."""
         with self._lock:
             item = self._items.get(user_id)
@@ -112,7 +147,7 @@ class EntryCache:
             self._items.move_to_end(user_id)
             return item[1]
 
-    def put(self, user_id: str, version: int, entries: tuple[Entry, ...]) -> None:
+    def put(self, user_id: str, version: Version, entries: tuple[Entry, ...]) -> None:
         """Remember the entries read at `version`."""
         with self._lock:
             self._items[user_id] = (version, entries)
@@ -121,18 +156,21 @@ class EntryCache:
                 self._items.popitem(last=False)
 
 
-def iso(moment: datetime) -> str:
-    """`moment` as ISO 8601 in UTC with a `Z` suffix."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 class MemoryStore:
     """Reads and writes users' memory entries under the configured rules."""
 
-    def __init__(self, database: Database, rules: MemoryRules, tokens: TokenCounter) -> None:
+    def __init__(
+        self,
+        database: Database,
+        rules: MemoryRules,
+        tokens: TokenCounter,
+        *,
+        keep_days: int = 90,
+    ) -> None:
         self.database = database
         self.rules = rules
         self.tokens = tokens
+        self.history_log = ChangeLog(keep_days)
         self._cache = EntryCache()
 
     def snapshot(self, user_id: str) -> Snapshot:
@@ -145,11 +183,12 @@ class MemoryStore:
             user = connection.execute(_USER_STATE, {"user_id": user_id}).first()
             if user is None:  # no row, no entries (they reference it)
                 return Snapshot(entries=(), memories_enabled=True)
-            entries = self._cache.get(user_id, user.memory_version)
+            version = (user.created_at, user.memory_version)
+            entries = self._cache.get(user_id, version)
             if entries is None:
                 rows = connection.execute(_SNAPSHOT, {"user_id": user_id}).all()
                 entries = tuple(Entry(*row) for row in rows)
-                self._cache.put(user_id, user.memory_version, entries)
+                self._cache.put(user_id, version, entries)
         return Snapshot(entries=entries, memories_enabled=user.memories_enabled)
 
     def get(self, user_id: str, key: str) -> Entry:
@@ -168,34 +207,37 @@ class MemoryStore:
         value: str,
         source: Source = "manual",
         *,
+        conversation_id: str | None = None,
         guard: Callable[[], None] | None = None,
     ) -> Written:
         """Create or replace the entry at `key`; `MemoryFull` if it would pass `tokenLimit`.
 
-        `guard` runs just before the commit; if it raises, nothing is written (the memory
-        agent uses it so that no write lands after its deadline).
+        The change is recorded with `source` and `conversation_id` (the conversation whose
+        agent run made it). `guard` runs just before the commit; if it raises, nothing is
+        written (the memory agent uses it so that no write lands after its deadline).
         """
         self.rules.check_key(key)
         value = self.rules.clean_value(value)
         tokens = self.tokens.count(value)
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
-            row = _find(session, user_id, key)
-            total = _total(session, user_id)
-            replaced = row.token_count if row else 0
-            self._check_limit(total, tokens, replaced=replaced)
-            row, created = _upsert(session, row, user_id, key, value, tokens, source)
-            new_total = total - replaced + tokens
-            session.execute(_BUMP, {"user_id": user_id})
-            session.flush()
+            written = self._set_locked(
+                session, user_id, key, value, tokens, source, conversation_id
+            )
             if guard is not None:
                 guard()
-            return Written(entry=_entry(row), created=created, total_tokens=new_total)
+            return written
 
     def delete(
-        self, user_id: str, key: str, *, guard: Callable[[], None] | None = None
+        self,
+        user_id: str,
+        key: str,
+        source: Source = "manual",
+        *,
+        conversation_id: str | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> Entry:
-        """Remove the entry at `key` and return it, or `NotFound`; `guard` as for `set`."""
+        """Remove the entry at `key` and return it, or `NotFound`; the rest as for `set`."""
         self.rules.check_key_format(key)
         with self.database.writing() as session:
             # Every write takes the user's lock first: one lock order for all writers.
@@ -203,47 +245,241 @@ class MemoryStore:
             row = _find(session, user_id, key)
             if row is None:
                 raise NotFound(f"no memory with key {key!r}")
-            entry = _entry(row)
-            session.delete(row)
-            session.execute(_BUMP, {"user_id": user_id})
-            session.flush()
+            entry, _ = self._delete_locked(session, user_id, row, source, conversation_id)
             if guard is not None:
                 guard()
             return entry
 
     def clear(self, user_id: str) -> int:
-        """Remove all of the user's entries; the number removed."""
+        """Remove all of the user's entries and their history; the number of entries removed."""
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
             result = session.execute(delete(MemoryEntry).where(MemoryEntry.user_id == user_id))
+            self.history_log.clear(session, user_id)
             session.execute(_BUMP, {"user_id": user_id})
             return result.rowcount
 
-    def import_entries(
-        self, user_id: str, items: Iterable[tuple[str, str]], *, replace: bool = False
-    ) -> int:
-        """Write many entries at once, all or none; with `replace`, drop the others first."""
-        cleaned: dict[str, str] = {}
-        for key, value in items:
-            cleaned[self.rules.check_key(key)] = self.rules.clean_value(value)
-        counted = {key: (value, self.tokens.count(value)) for key, value in cleaned.items()}
+    def _set_locked(
+        self,
+        session: Session,
+        user_id: str,
+        key: str,
+        value: str,
+        tokens: int,
+        source: Source,
+        conversation_id: str | None,
+    ) -> Written:
+        """`set` inside a transaction that holds the user's lock (the value already clean)."""
+        row = _find(session, user_id, key)
+        total = _total(session, user_id)
+        if row is not None and row.value == value:
+            return Written(entry=_entry(row), created=False, total_tokens=total)
+        replaced = row.token_count if row else 0
+        self._check_limit(total, tokens, replaced=replaced)
+        old_value = row.value if row else None
+        row, created = _upsert(session, row, user_id, key, value, tokens, source)
+        change_id = self._record(
+            session, user_id, key, "set", old_value, value, source, conversation_id
+        )
+        session.execute(_BUMP, {"user_id": user_id})
+        session.flush()
+        return Written(
+            entry=_entry(row),
+            created=created,
+            total_tokens=total - replaced + tokens,
+            change_id=change_id,
+        )
+
+    def _delete_locked(
+        self,
+        session: Session,
+        user_id: str,
+        row: MemoryEntry,
+        source: Source,
+        conversation_id: str | None,
+    ) -> tuple[Entry, int | None]:
+        """`delete` inside a transaction that holds the user's lock; the entry and change id."""
+        entry = _entry(row)
+        session.delete(row)
+        change_id = self._record(
+            session, user_id, row.key, "delete", row.value, None, source, conversation_id
+        )
+        session.execute(_BUMP, {"user_id": user_id})
+        session.flush()
+        return entry, change_id
+
+    def _record(
+        self,
+        session: Session,
+        user_id: str,
+        key: str,
+        op: Literal["set", "delete"],
+        old_value: str | None,
+        new_value: str | None,
+        source: Source,
+        conversation_id: str | None,
+    ) -> int | None:
+        """Record a change and drop the user's expired ones, in the write's transaction."""
+        self.history_log.prune(session, user_id)
+        return self.history_log.record(
+            session, user_id, key, op, old_value, new_value, source, conversation_id
+        )
+
+    def import_document(
+        self,
+        user_id: str,
+        items: Iterable[tuple[str, str]],
+        *,
+        mode: ImportMode = "merge",
+    ) -> Imported:
+        """Write many entries at once, all or none, with source `import`.
+
+        Every entry is checked against every rule, and the resulting total against
+        `tokenLimit`, before anything is written; the error names the offending `key` in its
+        details. A key twice in one document is refused. `merge` keeps the user's other
+        entries; `replace` deletes them (each delete recorded).
+        """
+        counted: dict[str, tuple[str, int]] = {}
+        for index, (key, value) in enumerate(items):
+            try:
+                self.rules.check_key(key)
+                if key in counted:
+                    raise BadRequest(f"the key {key!r} appears more than once in the document")
+                value = self.rules.clean_value(value)
+            except KvmemError as exc:
+                # Name the entry, so that a person can find it in a file of thousands.
+                exc.message = f"memories[{index}] (key {key!r}): {exc.message}"
+                exc.details["key"] = key
+                raise
+            counted[key] = (value, self.tokens.count(value))
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
-            if replace:
-                session.execute(delete(MemoryEntry).where(MemoryEntry.user_id == user_id))
             existing = {
                 row.key: row
                 for row in session.scalars(
                     select(MemoryEntry).where(MemoryEntry.user_id == user_id)
                 )
             }
-            total = sum(row.token_count for row in existing.values())
-            replaced = sum(existing[k].token_count for k in counted if k in existing)
-            self._check_limit(total, sum(t for _, t in counted.values()), replaced=replaced)
+            dropped = [row for key, row in existing.items() if key not in counted]
+            self._check_import_limit(existing, dropped if mode == "replace" else [], counted)
+            changes: list[dict[str, Any]] = []
+            for row in dropped if mode == "replace" else []:
+                changes.append(_change(row.key, "delete", row.value, None))
+                session.delete(row)
             for key, (value, tokens) in counted.items():
-                _upsert(session, existing.get(key), user_id, key, value, tokens, "import")
-            session.execute(_BUMP, {"user_id": user_id})
-        return len(counted)
+                row = existing.get(key)
+                if row is not None and row.value == value:
+                    continue
+                changes.append(_change(key, "set", row.value if row else None, value))
+                _upsert(session, row, user_id, key, value, tokens, "import")
+            if changes:
+                self.history_log.prune(session, user_id)
+                self.history_log.record_many(session, user_id, changes)
+                session.execute(_BUMP, {"user_id": user_id})
+            session.flush()
+            total = _total(session, user_id)
+        return Imported(
+            imported=len(counted),
+            deleted=len(dropped) if mode == "replace" else 0,
+            total_tokens=total,
+        )
+
+    def _check_import_limit(
+        self,
+        existing: dict[str, MemoryEntry],
+        dropped: list[MemoryEntry],
+        counted: dict[str, tuple[str, int]],
+    ) -> None:
+        limit = self.rules.token_limit
+        if limit is None:
+            return
+        total = sum(row.token_count for row in existing.values())
+        gone = {row.key for row in dropped}
+        # What stays of the user's entries, then each imported one in document order: the
+        # entry that takes the sum over the limit is the one the error names.
+        running = sum(
+            row.token_count for key, row in existing.items() if key not in counted and key not in gone
+        )
+        requested = sum(tokens for _, tokens in counted.values())
+        for key, (_, tokens) in counted.items():
+            running += tokens
+            if running > limit:
+                raise MemoryFull(
+                    f"importing {requested} tokens would take memory over the limit of "
+                    f"{limit} tokens (passed at key {key!r})",
+                    token_limit=limit,
+                    total_tokens=total,
+                    requested_tokens=requested,
+                    key=key,
+                )
+
+    def history(
+        self,
+        user_id: str,
+        key: str | None = None,
+        limit: int = 50,
+        before: int | None = None,
+    ) -> HistoryPage:
+        """The user's changes (of one key, if given) newest first, paged by id."""
+        if key is not None:
+            self.rules.check_key_format(key)
+        with self.database.reading() as session:
+            return self.history_log.page(session, user_id, key=key, limit=limit, before=before)
+
+    def key_history(self, user_id: str, key: str) -> tuple[Change, ...]:
+        """Every kept change of `key`, newest first (also after a delete); `NotFound` when
+        the key has neither an entry nor a change."""
+        self.rules.check_key_format(key)
+        with self.database.reading() as session:
+            changes = self.history_log.of_key(session, user_id, key)
+            if not changes and _find(session, user_id, key) is None:
+                raise NotFound(f"no memory and no history with key {key!r}")
+            return changes
+
+    def revert(
+        self,
+        user_id: str,
+        key: str,
+        change_id: int,
+        *,
+        conversation_id: str | None = None,
+    ) -> Reverted:
+        """Set `key` back to its value right after change `change_id` (deleted, if that
+        change was a delete), as a write with source `revert` under every write rule.
+
+        `NotFound` when the change is not this user's, not this key's, or no longer kept.
+        """
+        self.rules.check_key_format(key)
+        with self.database.writing() as session:
+            self.database.lock_user(session, user_id)
+            target = self.history_log.find(session, user_id, key, change_id)
+            if target is None:
+                raise NotFound(f"no change {change_id} of key {key!r}")
+            if target.new_value is not None:
+                self.rules.check_key(key)
+                value = self.rules.clean_value(target.new_value)
+                written = self._set_locked(
+                    session, user_id, key, value, self.tokens.count(value), "revert",
+                    conversation_id,
+                )
+                return Reverted(written.entry, written.total_tokens, written.change_id)
+            row = _find(session, user_id, key)
+            recorded = None
+            if row is not None:
+                _, recorded = self._delete_locked(session, user_id, row, "revert", conversation_id)
+            return Reverted(None, _total(session, user_id), recorded)
+
+    def clear_history(self, user_id: str) -> int:
+        """Erase the user's change history (entries stay); how many changes were erased."""
+        with self.database.writing() as session:
+            self.database.lock_user(session, user_id)
+            return self.history_log.clear(session, user_id)
+
+    def erase_user(self, user_id: str) -> Erased:
+        """Delete every row kvmem holds for the user, from every table, in one transaction."""
+        with self.database.writing() as session:
+            self.database.lock_user(session, user_id)
+            return erase_user_rows(session, user_id)
 
     def memories_enabled(self, user_id: str) -> bool:
         """The user's opt-out switch (true unless they turned memory off)."""
@@ -297,6 +533,10 @@ def _upsert(
     )
     session.add(row)
     return row, True
+
+
+def _change(key: str, op: str, old_value: str | None, new_value: str | None) -> dict[str, Any]:
+    return {"key": key, "op": op, "old_value": old_value, "new_value": new_value, "source": "import"}
 
 
 def _find(session: Session, user_id: str, key: str) -> MemoryEntry | None:

@@ -148,6 +148,8 @@ class MemoryChange(Base):
         Index("ix_memory_changes_user_id", "user_id", "id"),
         Index("ix_memory_changes_user_key", "user_id", "key", "id"),
         Index("ix_memory_changes_at", "at"),
+        # Ids are handed to clients (revert targets, page cursors): never reused on SQLite.
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

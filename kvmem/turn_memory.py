@@ -9,6 +9,7 @@ and the agent state is `failed`.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +18,26 @@ from starlette.concurrency import run_in_threadpool
 
 from kvmem.agent import AgentRun, MemoryAgent
 from kvmem.config import Config
-from kvmem.errors import StoreUnavailable
+from kvmem.errors import BadRequest, StoreUnavailable
 from kvmem.prompts import ChatLine, entries_within, render_memory_block
 from kvmem.store import Entry, MemoryStore, Snapshot
 
 log = logging.getLogger("kvmem.turn_memory")
+
+MAX_CONVERSATION_ID = 200  # the width of memory_changes.conversation_id and agent_runs'
+_PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]+")
+
+
+def check_conversation_id(conversation_id: str | None) -> str | None:
+    """A client-given conversation id (e.g. `X-Conversation-Id`): None when absent or empty,
+    else 1-200 printable ASCII characters, or `BadRequest`."""
+    if conversation_id is None or conversation_id == "":
+        return None
+    if len(conversation_id) > MAX_CONVERSATION_ID or not _PRINTABLE_ASCII.fullmatch(conversation_id):
+        raise BadRequest(
+            f"invalid conversation id: use 1-{MAX_CONVERSATION_ID} printable ASCII characters"
+        )
+    return conversation_id
 
 
 @dataclass(frozen=True)

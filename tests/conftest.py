@@ -123,7 +123,12 @@ def make_store(database: Database, tokens: TokenCounter) -> Callable[..., Memory
 
     def make(**memory: Any) -> MemoryStore:
         config = Config.model_validate({"memory": memory})
-        return MemoryStore(database, MemoryRules.from_config(config.memory), tokens)
+        return MemoryStore(
+            database,
+            MemoryRules.from_config(config.memory),
+            tokens,
+            keep_days=config.memory.history.keep_days,
+        )
 
     return make
 

@@ -257,11 +257,11 @@ def test_an_import_of_ten_thousand_keys_is_all_or_nothing(
     store = make_store(tokenLimit=15_000)
     items = [(f"k{i:05d}", "hello") for i in range(10_000)]
     with pytest.raises(InvalidKey):
-        store.import_entries("alice", [*items, ("Bad", "x")])
+        store.import_document("alice", [*items, ("Bad", "x")])
     with pytest.raises(MemoryFull):
-        store.import_entries("alice", [*items, *((f"j{i:05d}", "hello") for i in range(5_001))])
+        store.import_document("alice", [*items, *((f"j{i:05d}", "hello") for i in range(5_001))])
     assert store.snapshot("alice").entries == ()
-    assert store.import_entries("alice", items) == 10_000
+    assert store.import_document("alice", items).imported == 10_000
     snapshot = store.snapshot("alice")
     assert (len(snapshot.entries), snapshot.total_tokens) == (10_000, 10_000)
 
@@ -338,7 +338,7 @@ def test_unicode_and_percent_encoded_keys_in_paths(
         return
     invalid = error("/memory/k", "invalid_key", (
         f"invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
-        "starts with a letter, and is not 'nothing'"))
+        "starts with a letter, and is not 'export', 'history' or 'nothing'"))
     for response in (put, get, delete):
         assert (response.status_code, response.json()) == (status, invalid)
     assert listing == []

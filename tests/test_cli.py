@@ -24,7 +24,7 @@ from tests.support.processes import Result, run, run_all
 
 INVALID_KEY_MESSAGE = (
     "invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
-    "starts with a letter, and is not 'nothing'"
+    "starts with a letter, and is not 'export', 'history' or 'nothing'"
 )
 
 
@@ -147,13 +147,23 @@ def test_export_and_import(store: MemoryStore, folder: Path) -> None:
     )
     assert (to_stdout.code, to_stdout.json()) == (
         0,
-        {"user": "local", "memories": [entry("facts", "Lives in Lyon", 3), entry("likes", "tea", 1)]},
+        {
+            "format": "kvmem.memory.v1",
+            "user": "local",
+            "exported_at": ISO_TIME,
+            "preferences": {"memories": True},
+            "memories": [entry("facts", "Lives in Lyon", 3), entry("likes", "tea", 1)],
+        },
     )
     assert (to_file.code, to_file.stdout) == (0, "")
-    assert json.loads((folder / "backup.json").read_text(encoding="utf-8")) == to_stdout.json()
+    backup = json.loads((folder / "backup.json").read_text(encoding="utf-8"))
+    assert {**backup, "exported_at": None} == {**to_stdout.json(), "exported_at": None}
 
-    # Into another user: every entry, source "import". Into this one: the others stay.
-    (folder / "one.json").write_text(json.dumps({"memories": [{"key": "job", "value": "baker"}]}), encoding="utf-8")
+    # Into another user: every entry, source "import". Into this one: the others stay. The
+    # older shape without "format" is still read.
+    (folder / "one.json").write_text(
+        json.dumps({"user": "local", "memories": [{"key": "job", "value": "baker"}]}), encoding="utf-8"
+    )
     to_bob, merged = run_all(
         [
             ["--config", "memory.yaml", "memory", "import", "backup.json", "--user", "bob"],
@@ -161,7 +171,12 @@ def test_export_and_import(store: MemoryStore, folder: Path) -> None:
         ],
         folder,
     )
-    assert (to_bob.code, to_bob.json(), merged.code, merged.json()) == (0, {"imported": 2}, 0, {"imported": 1})
+    assert (to_bob.code, to_bob.json(), merged.code, merged.json()) == (
+        0,
+        {"imported": 2, "deleted": 0, "total_tokens": 4, "token_limit": 20},
+        0,
+        {"imported": 1, "deleted": 0, "total_tokens": 6, "token_limit": 20},
+    )
     assert stored(store, "bob") == [("facts", "Lives in Lyon", "import"), ("likes", "tea", "import")]
     assert stored(store) == [
         ("facts", "Lives in Lyon", "manual"),
@@ -170,7 +185,9 @@ def test_export_and_import(store: MemoryStore, folder: Path) -> None:
     ]
     # With --replace the other entries go.
     replaced = run(["--config", "memory.yaml", "memory", "import", "one.json", "--replace"], cwd=folder)
-    assert (replaced.code, replaced.json()) == (0, {"imported": 1})
+    assert (replaced.code, replaced.json()) == (
+        0, {"imported": 1, "deleted": 2, "total_tokens": 2, "token_limit": 20}
+    )
     assert stored(store) == [("job", "baker", "import")]
 
 
@@ -193,15 +210,90 @@ def test_import_is_all_or_nothing(store: MemoryStore, folder: Path) -> None:
     ]
     results = run_all([["--config", "memory.yaml", *c] for c in commands], folder)
     assert [(r.code, r.stdout) for r in results] == [(1, ""), (1, ""), (2, ""), (2, "")]
-    assert results[0].stderr == "kvmem: invalid_key: " + INVALID_KEY_MESSAGE.format(key="Bad") + "\n"
+    assert results[0].stderr == (
+        "kvmem: invalid_key: memories[1] (key 'Bad'): " + INVALID_KEY_MESSAGE.format(key="Bad") + "\n"
+    )
     assert results[1].stderr == (
-        "kvmem: memory_full: storing 21 tokens would take memory to 21 tokens, over the limit of 20\n"
+        "kvmem: memory_full: importing 21 tokens would take memory over the limit of 20 tokens "
+        "(passed at key 'job')\n"
     )
     assert results[2].stderr.startswith("kvmem: cannot read broken.json: ")
-    assert results[3].stderr == (
-        'kvmem: wrong_shape.json: expected {"memories": [{"key": str, "value": str}, ...]}\n'
-    )
+    assert results[3].stderr == "kvmem: invalid memory document: memories.0.value: Field required\n"
     assert stored(store) == [("facts", "Lives in Lyon", "manual")]
+
+
+def history_of(result: Result) -> list[tuple[str, str, str | None, str | None, str]]:
+    """A printed history page as (key, op, old, new, source), newest first."""
+    return [(c["key"], c["op"], c["old_value"], c["new_value"], c["source"]) for c in result.json()["changes"]]
+
+
+def test_memory_history_and_revert(kvmem: Callable[..., Result], store: MemoryStore) -> None:
+    store.set("local", "likes", "tea")
+    store.set("local", "likes", "coffee", "agent", conversation_id="conv-1")
+    store.set("local", "job", "baker")
+    store.set("alice", "likes", "alice's tea")
+
+    everything, likes, alices = (
+        kvmem("memory", "history"),
+        kvmem("memory", "history", "likes"),
+        kvmem("memory", "history", "--user", "alice"),
+    )
+    assert (everything.code, likes.code, alices.code) == (0, 0, 0)
+    assert history_of(everything) == [
+        ("job", "set", None, "baker", "manual"),
+        ("likes", "set", "tea", "coffee", "agent"),
+        ("likes", "set", None, "tea", "manual"),
+    ]
+    assert everything.json()["next"] is None
+    assert everything.json()["changes"][1]["conversation_id"] == "conv-1"
+    assert history_of(likes) == history_of(everything)[1:]
+    assert history_of(alices) == [("likes", "set", None, "alice's tea", "manual")]
+    paged = kvmem("memory", "history", "--limit", "1")
+    assert paged.json()["next"] == everything.json()["changes"][0]["id"]
+
+    to_tea = likes.json()["changes"][1]["id"]
+    reverted = kvmem("memory", "revert", "likes", str(to_tea))
+    assert (reverted.code, reverted.stderr) == (0, "")
+    assert reverted.json() == {"memory": entry("likes", "tea", 1, "revert"), "total_tokens": 3, "token_limit": 20}
+    assert stored(store) == [("job", "baker", "manual"), ("likes", "tea", "revert")]
+
+    alices_change = alices.json()["changes"][0]["id"]
+    refused, malformed = (
+        kvmem("memory", "revert", "likes", str(alices_change)),
+        kvmem("memory", "revert", "likes", "one"),
+    )
+    assert (refused.code, refused.stdout, refused.stderr) == (
+        1, "", f"kvmem: not_found: no change {alices_change} of key 'likes'\n"
+    )
+    assert (malformed.code, malformed.stdout) == (2, "")
+    assert "'one' is not a valid integer" in malformed.stderr
+    assert stored(store, "alice") == [("likes", "alice's tea", "manual")]
+
+
+def test_user_erase(kvmem: Callable[..., Result], store: MemoryStore, folder: Path) -> None:
+    store.set("alice", "likes", "tea")
+    store.set("alice", "likes", "coffee")
+    store.set("bob", "likes", "bob's tea")
+    KeyStore(store.database).create("alice")
+
+    unconfirmed = kvmem("user", "erase", "--user", "alice", input="y\n")
+    assert (unconfirmed.code, unconfirmed.stdout, unconfirmed.stderr) == (
+        2, "", "kvmem: refusing to erase without --yes when standard input is not a terminal\n"
+    )
+    assert stored(store, "alice") == [("likes", "coffee", "manual")]
+
+    erased = kvmem("user", "erase", "--user", "alice", "--yes")
+    assert (erased.code, erased.stderr) == (0, "")
+    assert erased.json() == {
+        "deleted": {"memories": 1, "changes": 2, "conversations": 0, "messages": 0,
+                    "keys": 1, "sessions": 0, "agent_runs": 0}
+    }
+    assert stored(store, "alice") == []
+    assert store.history("alice").changes == ()
+    assert KeyStore(store.database).list("alice") == []
+    assert stored(store, "bob") == [("likes", "bob's tea", "manual")]
+    bad_user = kvmem("user", "erase", "--user", "not a user", "--yes")
+    assert (bad_user.code, bad_user.stdout) == (2, "")
 
 
 def test_config_option_is_accepted_everywhere(folder: Path) -> None:

@@ -151,11 +151,12 @@ def run_thread(number: int, client: TestClient, store: MemoryStore, journal: Jou
                 store.delete("local", key)
                 journal.note(op, "ok")
             elif op == "import":
-                items = [(rng.choice(KEYS), value_of(rng, f"{tag}i{i}")) for i in range(rng.randint(1, 3))]
-                store.import_entries("local", items, replace=rng.random() < 0.3)
+                keys = rng.sample(KEYS, rng.randint(1, 3))  # a key twice would be refused
+                items = [(k, value_of(rng, f"{tag}i{i}")) for i, k in enumerate(keys)]
+                mode = "replace" if rng.random() < 0.3 else "merge"
+                store.import_document("local", items, mode=mode)
                 journal.note(op, "ok")
-                last = dict(items)  # a key given twice keeps its last value
-                for item_key, value in last.items():
+                for item_key, value in items:
                     journal.wrote(value, "local", item_key, "import")
         except (MemoryFull, NotFound) as exc:
             journal.note(op, type(exc).__name__, str(exc))
@@ -210,6 +211,27 @@ def test_a_random_concurrent_mix_keeps_every_invariant(
         )).all()
     assert duplicates == []
     assert all(total <= TOKEN_LIMIT for _, total in totals)
+    for user in ("local", OTHER_USER):
+        assert_history_replays_to_the_entries(store, user)
+
+
+def assert_history_replays_to_the_entries(store: MemoryStore, user: str) -> None:
+    """For every key, its changes in id order chain up (each `old_value` is the value the
+    previous change left) and end at the key's current value: the history misses no write."""
+    changes, before = [], None
+    while True:
+        page = store.history(user, limit=500, before=before)
+        changes += page.changes
+        if page.next is None:
+            break
+        before = page.next
+    replayed: dict[str, str | None] = {}
+    for change in sorted(changes, key=lambda c: c.id):
+        assert change.old_value == replayed.get(change.key), change
+        assert (change.op == "delete") is (change.new_value is None), change
+        replayed[change.key] = change.new_value
+    current = {entry.key: entry.value for entry in store.snapshot(user).entries}
+    assert {k: v for k, v in replayed.items() if v is not None} == current
 
 
 # --- a sequential model check ---------------------------------------------------------------
@@ -239,13 +261,6 @@ def expected_error(key: str, value: str | None = None) -> type[KvmemError] | Non
     if len(stripped) > MODEL_CHAR_LIMIT:
         return ValueTooLong
     return None
-
-
-def item_errors(key: str, value: str) -> set[type[KvmemError]]:
-    """The errors an import item deserves: its key's and its value's."""
-    key_error = expected_error(key)
-    value_error = expected_error(MODEL_VALID_KEYS[0], value)
-    return {error for error in (key_error, value_error) if error is not None}
 
 
 def _well_formed(key: str) -> bool:
@@ -292,6 +307,8 @@ def test_memory_store_matches_a_dict_model(
                     }
                 return
             written = store.set(self.user, key, value, source)
+            if key in self.model and self.model[key][0] == cleaned:
+                source = self.model[key][1]  # the same value again changes nothing
             assert (written.created, written.entry.value, written.entry.source) == (
                 key not in self.model, cleaned, source)
             self.model[key] = (cleaned, source)
@@ -322,21 +339,34 @@ def test_memory_store_matches_a_dict_model(
 
         @rule(items=st.lists(st.tuples(model_keys, model_values), max_size=4), replace=st.booleans())
         def import_entries(self, items: list[tuple[str, str]], replace: bool) -> None:
-            # The first bad item refuses the whole import (with its key's or its value's error).
-            bad = next((errors for k, v in items if (errors := item_errors(k, v))), set())
+            # The first bad item refuses the whole import (with its key's error, then a key
+            # given twice, then its value's error).
+            bad: set[type[KvmemError]] = set()
+            seen: set[str] = set()
+            for k, v in items:
+                key_error = expected_error(k)
+                value_error = expected_error(MODEL_VALID_KEYS[0], v)
+                first = key_error or (BadRequest if k in seen else None) or value_error
+                seen.add(k)
+                if first is not None:
+                    bad = {first}
+                    break
             incoming = {k: v.strip() for k, v in items}
             kept = {} if replace else {k: v for k, v in self.model.items() if k not in incoming}
             if not bad and sum(tokens.count(v) for v, _ in kept.values()) + sum(
                 tokens.count(v) for v in incoming.values()
             ) > MODEL_LIMIT:
                 bad = {MemoryFull}
+            mode = "replace" if replace else "merge"
             if bad:
                 with pytest.raises(KvmemError) as caught:
-                    store.import_entries(self.user, items, replace=replace)
+                    store.import_document(self.user, items, mode=mode)
                 assert type(caught.value) in bad
                 return
-            assert store.import_entries(self.user, items, replace=replace) == len(incoming)
-            self.model = {**kept, **{k: (v, "import") for k, v in incoming.items()}}
+            assert store.import_document(self.user, items, mode=mode).imported == len(incoming)
+            unchanged = {k: self.model[k] for k, v in incoming.items()
+                         if k in self.model and self.model[k][0] == v}
+            self.model = {**kept, **{k: (v, "import") for k, v in incoming.items()}, **unchanged}
 
         @rule(key=model_keys)
         def get(self, key: str) -> None:
@@ -362,6 +392,7 @@ def test_memory_store_matches_a_dict_model(
             assert all(e.token_count == tokens.count(e.value) for e in snapshot.entries)
             assert snapshot.total_tokens == self.total() <= MODEL_LIMIT
             assert snapshot.memories_enabled is self.enabled
+            assert_history_replays_to_the_entries(store, self.user)
 
     run_state_machine_as_test(
         StoreMachine,

@@ -31,6 +31,7 @@ from tests.support.apps import (
     sse_events,
     wait_agents_idle,
 )
+from tests.support.matchers import ISO_TIME
 from tests.support.processes import Result, run_all
 from tests.support.upstream import Reply
 
@@ -356,7 +357,13 @@ def test_cli_memory_commands_with_user_touch_only_that_user(
         (0, ""),
     ]
     assert reads[0].json() == listing([], 0)
-    assert reads[3].json() == {"user": "bob", "memories": []}
+    assert reads[3].json() == {
+        "format": "kvmem.memory.v1",
+        "user": "bob",
+        "exported_at": ISO_TIME,
+        "preferences": {"memories": True},
+        "memories": [],
+    }
     assert reads[1].stdout == reads[2].stdout == ""
 
     deleted, cleared = commands(["memory", "delete", "diary", "--user", "bob"],
@@ -368,7 +375,9 @@ def test_cli_memory_commands_with_user_touch_only_that_user(
     written = commands(["memory", "set", "health", "bob's health", "--user", "bob"])[0]
     assert (written.code, written.json()["total_tokens"]) == (0, 3)  # alice's tokens not counted
     imported = commands(["memory", "import", "bob.json", "--replace", "--user", "bob"])[0]
-    assert (imported.code, imported.json()) == (0, {"imported": 1})
+    assert (imported.code, imported.json()) == (
+        0, {"imported": 1, "deleted": 1, "total_tokens": 2, "token_limit": TOKEN_LIMIT}
+    )
     final = commands(["memory", "list", "--user", "bob"])[0].json()
     assert [(m["key"], m["value"], m["source"]) for m in final["memories"]] == [
         ("diary", "bob imported", "import")

@@ -41,7 +41,7 @@ def invalid_key(key: str) -> dict[str, Any]:
             "code": "invalid_key",
             "message": (
                 f"invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
-                "starts with a letter, and is not 'nothing'"
+                "starts with a letter, and is not 'export', 'history' or 'nothing'"
             ),
         }
     }

@@ -21,7 +21,7 @@ from kvmem.errors import (
     ValueTooLong,
 )
 from kvmem.rules import MemoryRules
-from kvmem.store import MemoryStore
+from kvmem.store import Imported, MemoryStore
 from kvmem.tokens import TokenCounter
 from tests.support.matchers import entry
 
@@ -56,7 +56,7 @@ def key_error_body(key: str) -> dict:
             "code": "invalid_key",
             "message": (
                 f"invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
-                "starts with a letter, and is not 'nothing'"
+                "starts with a letter, and is not 'export', 'history' or 'nothing'"
             ),
         }
     }
@@ -77,11 +77,17 @@ def test_malformed_keys_are_refused_on_every_path(make_store: MakeStore, key: st
         lambda: store.set("alice", key, "v"),
         lambda: store.get("alice", key),
         lambda: store.delete("alice", key),
-        lambda: store.import_entries("alice", [(key, "v")]),
     ):
         with pytest.raises(InvalidKey) as raised:
             attempt()
         assert (raised.value.status, raised.value.body()) == (422, key_error_body(key))
+    # An import names the offending key in the details as well.
+    with pytest.raises(InvalidKey) as raised:
+        store.import_document("alice", [("fine", "v"), (key, "v")])
+    body = key_error_body(key)
+    body["error"]["message"] = f"memories[1] (key {key!r}): {body['error']['message']}"
+    body["error"]["key"] = key
+    assert (raised.value.status, raised.value.body()) == (422, body)
     assert store.snapshot("alice").entries == ()
 
 
@@ -106,7 +112,7 @@ def test_valid_keys_restrict_writes(make_store: MakeStore) -> None:
         }
     }
     with pytest.raises(KeyNotAllowed):
-        store.import_entries("alice", [("facts", "x"), ("context", "y")])
+        store.import_document("alice", [("facts", "x"), ("context", "y")])
     # Format comes first: a malformed key is invalid, not merely not allowed.
     with pytest.raises(InvalidKey):
         store.set("alice", "Facts", "v")
@@ -245,7 +251,7 @@ def test_source_values(make_store: MakeStore) -> None:
     store = make_store()
     assert store.set("alice", "m", "v").entry.source == "manual"
     assert store.set("alice", "g", "v", "agent").entry.source == "agent"
-    store.import_entries("alice", [("i", "v")])
+    store.import_document("alice", [("i", "v")])
     assert {e.key: e.source for e in store.snapshot("alice").entries} == {
         "m": "manual",
         "g": "agent",
@@ -324,9 +330,23 @@ def test_clear(make_store: MakeStore) -> None:
 def test_import_writes_all(make_store: MakeStore) -> None:
     store = make_store()
     store.set("alice", "old", "kept")
-    assert store.import_entries("alice", [("a", " one "), ("b", "two"), ("a", "uno")]) == 2
+    assert store.import_document("alice", [("a", " one "), ("b", "two")]) == Imported(2, 0, 4)
     values = {e.key: (e.value, e.source) for e in store.snapshot("alice").entries}
-    assert values == {"old": ("kept", "manual"), "a": ("uno", "import"), "b": ("two", "import")}
+    assert values == {"old": ("kept", "manual"), "a": ("one", "import"), "b": ("two", "import")}
+
+
+def test_import_refuses_a_key_twice_in_one_document(make_store: MakeStore) -> None:
+    store = make_store()
+    with pytest.raises(BadRequest) as raised:
+        store.import_document("alice", [("a", "one"), ("b", "two"), ("a", "uno")])
+    assert raised.value.body() == {
+        "error": {
+            "code": "bad_request",
+            "message": "memories[2] (key 'a'): the key 'a' appears more than once in the document",
+            "key": "a",
+        }
+    }
+    assert store.snapshot("alice").entries == ()
 
 
 @pytest.mark.parametrize(
@@ -345,7 +365,7 @@ def test_import_is_all_or_nothing_on_rule_errors(
     store.set("alice", "a", "before")
     for replace in (False, True):
         with pytest.raises(error):
-            store.import_entries("alice", items, replace=replace)
+            store.import_document("alice", items, mode="replace" if replace else "merge")
         assert [(e.key, e.value) for e in store.snapshot("alice").entries] == [("a", "before")]
 
 
@@ -353,11 +373,15 @@ def test_import_is_all_or_nothing_on_the_token_limit(make_store: MakeStore, make
     store = make_store(tokenLimit=10)
     store.set("alice", "a", make_value(4))
     with pytest.raises(MemoryFull) as raised:
-        store.import_entries("alice", [("b", make_value(3)), ("c", make_value(4))])
-    assert raised.value.details == {"token_limit": 10, "total_tokens": 4, "requested_tokens": 7}
+        store.import_document("alice", [("b", make_value(3)), ("c", make_value(4))])
+    # The error names the entry at which the total passes the limit.
+    assert raised.value.details == {
+        "token_limit": 10, "total_tokens": 4, "requested_tokens": 7, "key": "c"
+    }
     assert [e.key for e in store.snapshot("alice").entries] == ["a"]
     # Replacing a key in the import counts as a replacement.
-    assert store.import_entries("alice", [("a", make_value(3)), ("b", make_value(7))]) == 2
+    imported = store.import_document("alice", [("a", make_value(3)), ("b", make_value(7))])
+    assert imported == Imported(imported=2, deleted=0, total_tokens=10)
     assert store.snapshot("alice").total_tokens == 10
 
 
@@ -367,12 +391,13 @@ def test_import_with_replace_drops_the_other_entries(make_store: MakeStore, make
     store.set("alice", "b", make_value(2))
     store.set("bob", "a", "bob's")
     # Without replace this would be 10 + 9; with it only the import counts.
-    assert store.import_entries("alice", [("c", make_value(9))], replace=True) == 1
+    imported = store.import_document("alice", [("c", make_value(9))], mode="replace")
+    assert imported == Imported(imported=1, deleted=2, total_tokens=9)
     assert [(e.key, e.source) for e in store.snapshot("alice").entries] == [("c", "import")]
     assert [e.key for e in store.snapshot("bob").entries] == ["a"]
     # A refused replace leaves everything as it was.
     with pytest.raises(MemoryFull):
-        store.import_entries("alice", [("d", make_value(11))], replace=True)
+        store.import_document("alice", [("d", make_value(11))], mode="replace")
     assert [e.key for e in store.snapshot("alice").entries] == ["c"]
 
 
@@ -497,7 +522,7 @@ def test_snapshot_sees_writes_made_by_another_store_on_the_same_database(make_st
     assert [(e.key, e.value) for e in reader.snapshot("alice").entries] == [("likes", "tea")]
     writer.set("alice", "likes", "coffee")
     assert [(e.key, e.value) for e in reader.snapshot("alice").entries] == [("likes", "coffee")]
-    writer.import_entries("alice", [("diet", "vegan")])
+    writer.import_document("alice", [("diet", "vegan")])
     assert [e.key for e in reader.snapshot("alice").entries] == ["likes", "diet"]
     writer.delete("alice", "likes")
     assert [e.key for e in reader.snapshot("alice").entries] == ["diet"]

@@ -1,4 +1,9 @@
-"""`/memory` and `/preferences`: reading and editing a user's entries by hand."""
+"""`/memory` and `/preferences`: reading and editing a user's entries by hand.
+
+The history, revert, export/import and erasure routes live in `kvmem.routes.history`; this
+module's `routes` lists them in the order that keeps `/memory/{key}` from taking
+`/memory/history` and `/memory/export`.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from kvmem.bodies import MemoryValue, Preferences, read_model
 from kvmem.errors import PersonalizeDisabled
 from kvmem.overview import memory_overview
-from kvmem.routes import route
+from kvmem.routes import history, route
 from kvmem.services import require_memory, services_of, user_of
 
 
@@ -85,6 +90,9 @@ async def patch_preferences(request: Request) -> Response:
 
 routes = [
     route("/memory", GET=list_memories, DELETE=clear_memories),
+    *history.fixed_routes,
     route("/memory/{key}", GET=get_memory, PUT=put_memory, DELETE=delete_memory),
+    *history.key_routes,
     route("/preferences", GET=get_preferences, PATCH=patch_preferences),
+    *history.me_routes,
 ]

@@ -22,7 +22,7 @@ from kvmem.prompts import ChatLine, with_memory
 from kvmem.provider import chat_target
 from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import services_of, user_of
-from kvmem.turn_memory import TurnMemory
+from kvmem.turn_memory import TurnMemory, check_conversation_id
 
 # Fields kvmem sets itself; every other field of the request goes upstream as sent.
 OWN_FIELDS = frozenset({"model", "messages", "stream"})
@@ -40,8 +40,11 @@ async def chat_completions(request: Request) -> Response:
             + ", ".join(services.config.chat.served_models())
         )
     temporary = request.headers.get("x-memory", "").strip().lower() == "off"
+    # The client's conversation, so that the history says which one an agent write came from.
+    conversation_id = check_conversation_id(request.headers.get("x-conversation-id"))
     memory = await services.memory.begin(
-        user_id, None, [ChatLine(m["role"], _text(m.get("content"))) for m in messages],
+        user_id, conversation_id,
+        [ChatLine(m["role"], _text(m.get("content"))) for m in messages],
         temporary=temporary,
     )
     upstream_messages = inject(messages, memory.block)

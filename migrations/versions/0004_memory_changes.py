@@ -33,6 +33,9 @@ def upgrade() -> None:
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_memory_changes")),
+        # Change ids are handed to clients (revert targets, page cursors): SQLite must never
+        # reuse the id of a deleted change, as it would for a plain INTEGER PRIMARY KEY.
+        sqlite_autoincrement=True,
     )
     op.create_index("ix_memory_changes_user_id", "memory_changes", ["user_id", "id"])
     op.create_index("ix_memory_changes_user_key", "memory_changes", ["user_id", "key", "id"])

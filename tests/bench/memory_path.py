@@ -60,7 +60,7 @@ def measure(workdir: Path, iterations: int, seconds: float) -> dict[str, Any]:
         for size in SIZES:
             user = f"user_{size}"
             if size:
-                store.import_entries(user, memory_items(size))
+                store.import_document(user, memory_items(size))
             warm = _timed_reads(lambda: store, user, config, iterations, seconds / 2)
             cold = _timed_reads(lambda: MemoryStore(database, rules, tokens), user, config,
                                 iterations, seconds / 2)

@@ -1,0 +1,69 @@
+"""The memory document (`kvmem.memory.v1`): what export writes and import reads.
+
+The same document travels over REST (`GET /memory/export`, `POST /memory/import`) and the
+CLI (`kvmem memory export|import`). Import needs only `memories[].key` and `.value`; the
+other fields (times, sources, `user`, `preferences`) are ignored, so a document can move
+to another user or server. The older CLI shape `{"user", "memories"}` (no `format`) is read
+too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
+
+from kvmem.errors import BadRequest
+from kvmem.store import Snapshot, iso
+from kvmem.tables import utcnow
+
+FORMAT = "kvmem.memory.v1"
+MAX_PROBLEMS = 5
+
+
+def export_document(user_id: str, snapshot: Snapshot) -> dict[str, Any]:
+    """The user's entries (oldest first) and opt-out switch as a `kvmem.memory.v1` document."""
+    return {
+        "format": FORMAT,
+        "user": user_id,
+        "exported_at": iso(utcnow()),
+        "preferences": {"memories": snapshot.memories_enabled},
+        "memories": [entry.as_json() for entry in snapshot.entries],
+    }
+
+
+class DocumentEntry(BaseModel):
+    """One entry of an imported document: only `key` and `value` are read."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+    key: StrictStr
+    value: StrictStr
+
+
+class MemoryDocument(BaseModel):
+    """An imported document: `memories` is required, `format` (when given) must be ours."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+    format: Literal["kvmem.memory.v1"] | None = None
+    memories: list[DocumentEntry]
+
+
+def read_document(data: Any) -> list[tuple[str, str]]:
+    """The (key, value) pairs of a parsed JSON document, or `BadRequest` saying what is wrong."""
+    if not isinstance(data, dict):
+        raise BadRequest(
+            f'the document must be a JSON object {{"format": "{FORMAT}", "memories": '
+            '[{"key": ..., "value": ...}, ...]}'
+        )
+    try:
+        document = MemoryDocument.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc'])[:100] or 'document'}: {error['msg']}"
+            for error in errors[:MAX_PROBLEMS]
+        )
+        if len(errors) > MAX_PROBLEMS:
+            problems += f"; and {len(errors) - MAX_PROBLEMS} more"
+        raise BadRequest(f"invalid memory document: {problems}") from exc
+    return [(entry.key, entry.value) for entry in document.memories]

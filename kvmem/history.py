@@ -1,0 +1,202 @@
+"""The change log of memory entries (`memory_changes`): recording, retention and reading.
+
+`ChangeLog` works inside a session that `MemoryStore` opened, so a change is recorded in the
+same transaction as the write it describes and the two commit or roll back together. It
+knows nothing of HTTP. Every query is scoped by user.
+
+Retention: with `keep_days` N, a change older than N days is never shown, and the user's
+expired changes are deleted in their next write transaction (one indexed look at the user's
+oldest change decides whether there is anything to delete). `keep_days: 0` records nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.orm import Session
+
+from kvmem.tables import MemoryChange, utcnow
+
+Op = Literal["set", "delete"]
+ChangeSource = Literal["manual", "agent", "import", "revert", "mcp"]
+
+# The largest id a change can have (PostgreSQL's INTEGER); larger ids name no change.
+MAX_CHANGE_ID = 2**31 - 1
+
+
+def iso(moment: datetime) -> str:
+    """`moment` as ISO 8601 in UTC with a `Z` suffix."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One recorded change to one entry."""
+
+    id: int
+    key: str
+    op: str
+    old_value: str | None
+    new_value: str | None
+    source: str
+    conversation_id: str | None
+    at: datetime
+
+    def as_json(self) -> dict[str, Any]:
+        """The change as the API shows it."""
+        return {
+            "id": self.id,
+            "key": self.key,
+            "op": self.op,
+            "old_value": self.old_value,
+            "new_value": self.new_value,
+            "source": self.source,
+            "conversation_id": self.conversation_id,
+            "at": iso(self.at),
+        }
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """Changes newest first, and the `before` value of the next page (None on the last)."""
+
+    changes: tuple[Change, ...]
+    next: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The body of `GET /memory/history`."""
+        return {"changes": [change.as_json() for change in self.changes], "next": self.next}
+
+
+_COLUMNS = (
+    MemoryChange.id,
+    MemoryChange.key,
+    MemoryChange.op,
+    MemoryChange.old_value,
+    MemoryChange.new_value,
+    MemoryChange.source,
+    MemoryChange.conversation_id,
+    MemoryChange.at,
+)
+
+
+class ChangeLog:
+    """Records, prunes and reads users' changes under one retention period."""
+
+    def __init__(self, keep_days: int = 90) -> None:
+        self.keep_days = keep_days
+
+    @property
+    def enabled(self) -> bool:
+        """Whether changes are recorded at all (`keep_days` above 0)."""
+        return self.keep_days > 0
+
+    def cutoff(self) -> datetime:
+        """Changes at or after this moment are kept; older ones are expired."""
+        return utcnow() - timedelta(days=self.keep_days)
+
+    def record(
+        self,
+        session: Session,
+        user_id: str,
+        key: str,
+        op: Op,
+        old_value: str | None,
+        new_value: str | None,
+        source: str,
+        conversation_id: str | None,
+    ) -> int | None:
+        """Record one change in the session's transaction; its id (None when not kept)."""
+        if not self.enabled:
+            return None
+        result = session.execute(
+            insert(MemoryChange).values(
+                user_id=user_id,
+                key=key,
+                op=op,
+                old_value=old_value,
+                new_value=new_value,
+                source=source,
+                conversation_id=conversation_id,
+                at=utcnow(),
+            )
+        )
+        return result.inserted_primary_key[0]
+
+    def record_many(self, session: Session, user_id: str, changes: list[dict[str, Any]]) -> None:
+        """Record several changes (`key`, `op`, `old_value`, `new_value`, `source`) at once."""
+        if not self.enabled or not changes:
+            return
+        now = utcnow()
+        rows = [
+            {"conversation_id": None, **change, "user_id": user_id, "at": now}
+            for change in changes
+        ]
+        session.execute(insert(MemoryChange), rows)
+
+    def prune(self, session: Session, user_id: str) -> int:
+        """Delete the user's expired changes; how many. Cheap when there are none."""
+        cutoff = self.cutoff()
+        # Ids grow with time, so the user's first change by id is (about) the oldest: one
+        # index lookup answers "is anything expired?" on every write.
+        oldest = session.scalar(
+            select(MemoryChange.at)
+            .where(MemoryChange.user_id == user_id)
+            .order_by(MemoryChange.id)
+            .limit(1)
+        )
+        if oldest is None or oldest >= cutoff:
+            return 0
+        result = session.execute(
+            delete(MemoryChange).where(
+                MemoryChange.user_id == user_id, MemoryChange.at < cutoff
+            )
+        )
+        return result.rowcount
+
+    def page(
+        self,
+        session: Session,
+        user_id: str,
+        *,
+        key: str | None = None,
+        limit: int = 50,
+        before: int | None = None,
+    ) -> HistoryPage:
+        """The user's changes (of one key, if given) newest first, `limit` at a time."""
+        query = self._query(user_id, key)
+        if before is not None and before <= MAX_CHANGE_ID:  # every id is below a larger one
+            query = query.where(MemoryChange.id < before)
+        rows = session.execute(query.limit(limit + 1)).all()
+        changes = tuple(Change(*row) for row in rows[:limit])
+        more = len(rows) > limit
+        return HistoryPage(changes=changes, next=changes[-1].id if more else None)
+
+    def of_key(self, session: Session, user_id: str, key: str) -> tuple[Change, ...]:
+        """Every kept change of one key, newest first."""
+        return tuple(Change(*row) for row in session.execute(self._query(user_id, key)).all())
+
+    def find(self, session: Session, user_id: str, key: str, change_id: int) -> Change | None:
+        """The kept change `change_id` if it is this user's and this key's, else None."""
+        if not 1 <= change_id <= MAX_CHANGE_ID:
+            return None
+        row = session.execute(
+            self._query(user_id, key).where(MemoryChange.id == change_id)
+        ).first()
+        return Change(*row) if row else None
+
+    def clear(self, session: Session, user_id: str) -> int:
+        """Delete all of the user's changes; how many."""
+        result = session.execute(delete(MemoryChange).where(MemoryChange.user_id == user_id))
+        return result.rowcount
+
+    def _query(self, user_id: str, key: str | None) -> Any:
+        query = select(*_COLUMNS).where(
+            MemoryChange.user_id == user_id, MemoryChange.at >= self.cutoff()
+        )
+        if key is not None:
+            query = query.where(MemoryChange.key == key)
+        return query.order_by(MemoryChange.id.desc())

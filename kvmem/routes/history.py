@@ -1,0 +1,144 @@
+"""`/memory/history`, `/memory/{key}/history`, `/memory/{key}/revert`, `/memory/export`,
+`/memory/import` and `DELETE /me`: what was remembered and when, undo, moving memory, and
+erasing a user.
+
+The fixed paths (`/memory/history`, `/memory/export`, `/memory/import`) are registered before
+`/memory/{key}` (see `kvmem.routes.memory`); `history` and `export` are reserved keys.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import StrictInt
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from kvmem.bodies import RequestBody, parse_json, read_body, read_model
+from kvmem.errors import BadRequest
+from kvmem.exports import export_document, read_document
+from kvmem.routes import route
+from kvmem.services import require_memory, services_of, user_of
+
+DEFAULT_LIMIT, MAX_LIMIT = 50, 500
+
+
+class RevertBody(RequestBody):
+    """`POST /memory/{key}/revert`."""
+
+    to: StrictInt
+
+
+def _int_param(request: Request, name: str, default: int | None, low: int, high: int) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
+        raise BadRequest(f"{name} must be an integer from {low} to {high}, not {raw[:40]!r}")
+    value = int(raw)
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be an integer from {low} to {high}, not {value}")
+    return value
+
+
+async def list_history(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    key = request.query_params.get("key")
+    limit = _int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    before = _int_param(request, "before", None, 1, 2**63 - 1)
+    assert limit is not None
+    page = await run_in_threadpool(services.store.history, user, key, limit, before)
+    return JSONResponse(page.as_json())
+
+
+async def clear_history(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    deleted = await run_in_threadpool(services.store.clear_history, user)
+    return JSONResponse({"deleted": deleted})
+
+
+async def key_history(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    changes = await run_in_threadpool(
+        services.store.key_history, user, request.path_params["key"]
+    )
+    return JSONResponse({"changes": [change.as_json() for change in changes]})
+
+
+async def revert(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    key = services.store.rules.check_key_format(request.path_params["key"])
+    body = await read_model(request, RevertBody, services.config.server.max_body_bytes)
+    reverted = await run_in_threadpool(services.store.revert, user, key, body.to)
+    return JSONResponse(
+        {
+            "memory": reverted.entry.as_json() if reverted.entry else None,
+            "total_tokens": reverted.total_tokens,
+            "token_limit": services.config.memory.token_limit,
+        }
+    )
+
+
+async def export_memory(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    snapshot = await run_in_threadpool(services.store.snapshot, user)
+    return JSONResponse(export_document(user, snapshot))
+
+
+async def import_memory(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    mode = _mode(request.query_params.get("mode", "merge"))
+    raw = await read_body(request, services.config.server.max_body_bytes)
+    items = read_document(parse_json(raw))
+    imported = await run_in_threadpool(
+        lambda: services.store.import_document(user, items, mode=mode)
+    )
+    return JSONResponse(
+        {
+            "imported": imported.imported,
+            "deleted": imported.deleted,
+            "total_tokens": imported.total_tokens,
+            "token_limit": services.config.memory.token_limit,
+        }
+    )
+
+
+def _mode(raw: str) -> Literal["merge", "replace"]:
+    if raw == "merge":
+        return "merge"
+    if raw == "replace":
+        return "replace"
+    raise BadRequest(f"mode must be 'merge' or 'replace', not {raw[:40]!r}")
+
+
+async def erase_me(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    erased = await run_in_threadpool(services.store.erase_user, user)
+    return JSONResponse(erased.as_json())
+
+
+# Registered before `/memory/{key}`, whose GET would otherwise take these paths.
+fixed_routes = [
+    route("/memory/history", GET=list_history, DELETE=clear_history),
+    route("/memory/export", GET=export_memory),
+    route("/memory/import", POST=import_memory),
+]
+key_routes = [
+    route("/memory/{key}/history", GET=key_history),
+    route("/memory/{key}/revert", POST=revert),
+]
+me_routes = [route("/me", DELETE=erase_me)]
