@@ -37,6 +37,7 @@ from kvmem.services import Services, user_of
 log = logging.getLogger("kvmem.mcp")
 
 BLOCK_URI = "memory://block"
+DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT = 50, 500  # as GET /memory/history
 # Where `/mcp` leaves the authenticated user for the tool handlers (which see the request).
 USER_SCOPE_KEY = "kvmem.user"
 INSTRUCTIONS = (
@@ -80,11 +81,24 @@ class DeleteArguments(ToolArguments):
     key: str = Field(description=KEY_DESCRIPTION)
 
 
+class HistoryArguments(ToolArguments):
+    """Show how the user's memory changed, newest first: each change's id, key, op (set or
+    delete), old and new value, source (manual, agent, import, revert, mcp), conversation and
+    time. Give `key` for one key's changes (also after it was deleted); for older changes,
+    call again with `before` set to the `next` of the previous answer."""
+
+    key: str | None = Field(None, description=f"{KEY_DESCRIPTION} Leave out for all keys.")
+    limit: int = Field(DEFAULT_HISTORY_LIMIT, ge=1, le=MAX_HISTORY_LIMIT,
+                       description="How many changes to return at most.")
+    before: int | None = Field(None, ge=1, description="Only changes with a smaller id.")
+
+
 TOOLS: dict[str, type[ToolArguments]] = {
     "memory_list": ListArguments,
     "memory_get": GetArguments,
     "memory_set": SetArguments,
     "memory_delete": DeleteArguments,
+    "memory_history": HistoryArguments,
 }
 
 
@@ -178,7 +192,7 @@ class MemoryMcp:
         if name == "memory_get":
             return _data(store.get(user, arguments.key).as_json())
         if name == "memory_set":
-            written = store.set(user, arguments.key, arguments.value, "mcp")  # type: ignore[arg-type]
+            written = store.set(user, arguments.key, arguments.value, "mcp")
             entry = written.entry
             return _result(
                 f'Memory set for key "{entry.key}" ({entry.token_count} tokens)',
@@ -186,8 +200,11 @@ class MemoryMcp:
                  "token_limit": config.memory.token_limit},
             )
         if name == "memory_delete":
-            entry = store.delete(user, arguments.key)
+            entry = store.delete(user, arguments.key, "mcp")
             return _result(f'Memory deleted for key "{entry.key}"', {"deleted": entry.as_json()})
+        if name == "memory_history":
+            page = store.history(user, arguments.key, arguments.limit, arguments.before)
+            return _data(page.as_json())
         raise AssertionError(f"tool {name} has no implementation")  # TOOLS and this agree
 
     async def _list_resources(

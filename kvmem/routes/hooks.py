@@ -22,12 +22,12 @@ from kvmem.bodies import RequestBody, parse_json, read_body, validate
 from kvmem.errors import BadRequest
 from kvmem.prompts import ChatLine, with_memory
 from kvmem.services import services_of, user_of
+from kvmem.turn_memory import check_conversation_id
 
 # The agent reads only the last `messageWindowSize` messages; a client that sends more than
 # this is sending a whole archive by mistake.
 MAX_MESSAGES = 1000
 MAX_DEADLINE_SECONDS = 60
-MAX_CONVERSATION_ID = 200  # the width of memory_changes.conversation_id
 CONVERSATION_HEADER = "x-conversation-id"
 
 
@@ -70,7 +70,7 @@ class AgentRequest(RequestBody):
     """`POST /memory/agent`."""
 
     messages: list[AgentMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
-    conversation_id: StrictStr | None = Field(None, min_length=1, max_length=MAX_CONVERSATION_ID)
+    conversation_id: StrictStr | None = None
     wait: StrictBool = True
     deadline_seconds: float = Field(10, gt=0, le=MAX_DEADLINE_SECONDS)
 
@@ -120,15 +120,11 @@ def _outcome(state: str, updates: list[Any]) -> dict[str, Any]:
 
 def _conversation_id(request: Request, in_body: str | None) -> str | None:
     """The conversation the run's changes are recorded under: the header or the body field."""
-    in_header = request.headers.get(CONVERSATION_HEADER)
-    if in_header is not None and not 1 <= len(in_header) <= MAX_CONVERSATION_ID:
-        raise BadRequest(f"X-Conversation-Id must be 1-{MAX_CONVERSATION_ID} characters")
+    in_header = check_conversation_id(request.headers.get(CONVERSATION_HEADER))
+    in_body = check_conversation_id(in_body)
     if in_header is not None and in_body is not None and in_header != in_body:
         raise BadRequest("X-Conversation-Id and the body's conversation_id name different conversations")
-    chosen = in_body if in_body is not None else in_header
-    if chosen is not None and any(ord(c) < 32 or ord(c) == 127 for c in chosen):
-        raise BadRequest("the conversation id contains a control character")
-    return chosen
+    return in_body if in_body is not None else in_header
 
 
 routes = [
