@@ -82,11 +82,15 @@ class AgentRun:
 
     def main_ended(self, grace_seconds: float) -> None:
         """The main response is complete: cancel the run `grace_seconds` from now."""
+        self.expire_at(time.monotonic() + grace_seconds)
+
+    def expire_at(self, deadline: float) -> None:
+        """Cancel the run at `deadline` (a `time.monotonic()` value) unless one is already set."""
         if self.task is None or self.task.done() or self.deadline is not None:
             return
-        self.deadline = time.monotonic() + grace_seconds
+        self.deadline = deadline
         assert self._loop is not None
-        self._timer = self._loop.call_later(grace_seconds, self._expire)
+        self._timer = self._loop.call_later(deadline - time.monotonic(), self._expire)
 
     def check_deadline(self) -> None:
         """The commit guard: raise if the deadline has passed (called from worker threads)."""
@@ -163,7 +167,7 @@ def tool_schema(name: str, arguments: type[BaseModel], valid_keys: Sequence[str]
     schema.pop("description", None)
     for field_schema in schema["properties"].values():
         field_schema.pop("title", None)
-    if valid_keys:
+    if valid_keys and "key" in schema["properties"]:
         key = schema["properties"]["key"]
         key["description"] = f"{key['description']} Must be one of: {', '.join(valid_keys)}."
     return {
@@ -223,8 +227,14 @@ class MemoryAgent:
         conversation_id: str | None,
         entries: Sequence[Entry],
         window: Sequence[ChatLine],
+        *,
+        deadline: float | None = None,
     ) -> AgentRun:
-        """Start a run as a tracked task; it works until done or cancelled at its deadline."""
+        """Start a run as a tracked task; it works until done or cancelled at its deadline.
+
+        Without `deadline` (a `time.monotonic()` value) the deadline is set later, by
+        `AgentRun.main_ended`; the sidecar hook, which has no main response, passes one.
+        """
         loop = asyncio.get_running_loop()
         run = AgentRun(state="running", conversation_id=conversation_id, _loop=loop)
         run.task = loop.create_task(self._run(run, user_id, conversation_id, entries, window))
@@ -232,6 +242,8 @@ class MemoryAgent:
         self._runs.add(run)
         run.task.add_done_callback(self._tasks.discard)
         run.task.add_done_callback(lambda _: self._runs.discard(run))
+        if deadline is not None:
+            run.expire_at(deadline)
         return run
 
     @property
@@ -378,20 +390,24 @@ class MemoryAgent:
 
     def _refusal(self, exc: KvmemError, arguments: dict[str, Any]) -> str:
         """The result string the model sees for a refused write."""
-        key = arguments.get("key")
-        valid_keys = self.config.memory.valid_keys
-        if isinstance(exc, KeyNotAllowed | InvalidKey):
-            if valid_keys:
-                return f'Invalid key "{key}". Must be one of: {", ".join(valid_keys)}'
-            return (f'Invalid key "{key}". Keys are lowercase letters, digits and _, '
-                    "start with a letter, and are at most 128 characters.")
-        if isinstance(exc, MemoryFull):
-            return "Memory storage would exceed limit. Cannot save this memory."
-        if isinstance(exc, EmptyValue):
-            return f'Empty value for key "{key}". Cannot save an empty memory.'
-        if isinstance(exc, ValueTooLong):
-            return (f'Value for key "{key}" is too long ({exc.details["length"]} characters; '
-                    f'the limit is {exc.details["char_limit"]}). Shorten it.')
-        if isinstance(exc, NotFound):
-            return f'No memory with key "{key}". Nothing to delete.'
-        return f"Error: {exc.message}"
+        return refusal_message(exc, arguments.get("key"), self.config.memory.valid_keys)
+
+
+def refusal_message(exc: KvmemError, key: Any, valid_keys: Sequence[str] | None) -> str:
+    """What a model is told when a memory write on `key` is refused (the agent's tool result,
+    and the text of an MCP tool's error result)."""
+    if isinstance(exc, KeyNotAllowed | InvalidKey):
+        if valid_keys:
+            return f'Invalid key "{key}". Must be one of: {", ".join(valid_keys)}'
+        return (f'Invalid key "{key}". Keys are lowercase letters, digits and _, '
+                "start with a letter, and are at most 128 characters.")
+    if isinstance(exc, MemoryFull):
+        return "Memory storage would exceed limit. Cannot save this memory."
+    if isinstance(exc, EmptyValue):
+        return f'Empty value for key "{key}". Cannot save an empty memory.'
+    if isinstance(exc, ValueTooLong):
+        return (f'Value for key "{key}" is too long ({exc.details["length"]} characters; '
+                f'the limit is {exc.details["char_limit"]}). Shorten it.')
+    if isinstance(exc, NotFound):
+        return f'No memory with key "{key}". Nothing to delete.'
+    return f"Error: {exc.message}"

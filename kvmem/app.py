@@ -11,6 +11,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from kvmem.agent import MemoryAgent
 from kvmem.auth import Authenticator
@@ -20,8 +21,9 @@ from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import KvmemError, MethodNotAllowed, NotFound, openai_error_body
 from kvmem.provider import LiteLLMClient, agent_target, chat_target
+from kvmem.mcp_server import McpEndpoint, McpHttp
 from kvmem.redaction import SecretScrubber
-from kvmem.routes import chat, health, memory, openai, sessions, ui
+from kvmem.routes import chat, health, hooks, memory, openai, sessions, ui
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
 from kvmem.sessions import SessionStore
@@ -30,6 +32,8 @@ from kvmem.tokens import TokenCounter
 from kvmem.turn_memory import MemoryService
 
 log = logging.getLogger("kvmem")
+
+MCP_STATE = "mcp"  # the lifespan state key of the running MCP transport
 
 
 def build_services(
@@ -81,8 +85,12 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         services = build_services(config, database=database, tokens=tokens, client=client)
+        mcp = McpHttp(services)
         try:
-            yield {"services": services}
+            # The MCP transport's task group lives as long as the app; it ends first, so no
+            # MCP call is still writing while the rest shuts down.
+            async with mcp.running():
+                yield {"services": services, MCP_STATE: mcp}
         finally:
             # Agent runs may finish until their own deadlines (a memory the user just asked
             # for still lands during a deploy), never longer than drain_seconds; then the
@@ -96,10 +104,12 @@ def create_app(
         routes=[
             *health.routes,
             *memory.routes,
+            *hooks.routes,
             *chat.routes,
             *openai.routes,
             *sessions.routes,
             *ui.routes,
+            Route("/mcp", McpEndpoint(MCP_STATE)),
         ],
         lifespan=lifespan,
         exception_handlers={

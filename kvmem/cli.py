@@ -203,6 +203,37 @@ def check() -> None:
     click.echo(f"# memory agent: {'on' if on else 'off'} ({reason})")
 
 
+@main.command()
+@config_option
+@user_option
+def mcp(user_id: str) -> None:
+    """Serve the MCP server on stdin/stdout, acting for --user (run pending migrations first).
+
+    For MCP clients that start kvmem themselves; stdout carries only the protocol.
+    """
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    database = open_database(loaded)
+
+    import anyio
+
+    from kvmem.app import build_services
+    from kvmem.mcp_server import serve_stdio
+
+    services = build_services(loaded.config, database=database)
+
+    async def serve() -> None:
+        try:
+            await serve_stdio(services, user_id)
+        finally:
+            await services.client.aclose()
+
+    try:
+        anyio.run(serve)
+    finally:
+        database.dispose()
+
+
 @main.group()
 @config_option
 def db() -> None:

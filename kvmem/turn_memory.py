@@ -1,7 +1,9 @@
 """A chat turn's memory side: what to inject into the main request and the agent beside it.
 
-Shared by /chat and /v1/chat/completions. Memory degrades, chat does not: when the store
-cannot be read the request goes on without memory and the agent state is `failed`.
+Shared by /chat and /v1/chat/completions, and by the sidecar hooks (/memory/context,
+/memory/agent) and the MCP server, so that all of them render the one same block. Memory
+degrades, chat does not: when the store cannot be read the request goes on without memory
+and the agent state is `failed`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,16 @@ def check_conversation_id(conversation_id: str | None) -> str | None:
             f"invalid conversation id: use 1-{MAX_CONVERSATION_ID} printable ASCII characters"
         )
     return conversation_id
+
+
+@dataclass(frozen=True)
+class MemoryContext:
+    """What kvmem would inject for a user now: the block, its keys and its token count."""
+
+    block: str
+    injected: list[str]
+    token_count: int
+    enabled: bool
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,44 @@ class MemoryService:
         assert snapshot is not None  # read whenever the agent may run
         run = self.agent.start(user_id, conversation_id, snapshot.entries, window)
         return TurnMemory(block, [e.key for e in entries], run)
+
+    async def context(self, user_id: str) -> MemoryContext:
+        """The block a chat request of this user would get now (`StoreUnavailable` if the
+        store cannot be read): the same read and render as `begin`."""
+        if self.config.memory.disabled:
+            return MemoryContext("", [], 0, False)
+        return await run_in_threadpool(self._context, user_id)
+
+    async def start_agent(
+        self,
+        user_id: str,
+        conversation_id: str | None,
+        messages: Sequence[ChatLine],
+        deadline: float,
+    ) -> AgentRun:
+        """Run the agent on `messages` outside a chat turn, cut off at `deadline`
+        (`time.monotonic()`); a run that does not start comes back finished, with its state."""
+        window = self.window(messages)
+        # Decide what needs no read first, so that a server without an agent answers
+        # `disabled` even when the store is down.
+        state = self.agent.verdict(
+            temporary=False, store_failed=False, memories_enabled=True, has_window=bool(window)
+        )
+        if state is not None:
+            return AgentRun.finished(state)
+        snapshot = await run_in_threadpool(self.store.snapshot, user_id)
+        if not snapshot.memories_enabled:
+            return AgentRun.finished("skipped")
+        return self.agent.start(user_id, conversation_id, snapshot.entries, window, deadline=deadline)
+
+    def _context(self, user_id: str) -> MemoryContext:
+        snapshot, entries, block = self._read(user_id)
+        return MemoryContext(
+            block=block,
+            injected=[entry.key for entry in entries],
+            token_count=self.store.tokens.count(block) if block else 0,
+            enabled=snapshot.memories_enabled,
+        )
 
     def _read(self, user_id: str) -> tuple[Snapshot, list[Entry], str]:
         """Read the user's memory and render its block (one trip off the event loop)."""

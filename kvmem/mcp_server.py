@@ -1,0 +1,357 @@
+"""kvmem as a Model Context Protocol server, so MCP clients (desktop assistants, IDE agents)
+read and write the same memory: tools `memory_list`, `memory_get`, `memory_set`,
+`memory_delete`, `memory_history`, and the resource `memory://block`.
+
+The one module that imports the `mcp` SDK. It serves the SDK's low-level `Server` over two
+transports: stdio (`kvmem mcp`, acting for one user) and streamable HTTP at `/mcp` (each
+request acting for the user kvmem's auth finds in its headers, as on every other route).
+Writes go through `MemoryStore` with source `mcp`, so every rule holds without new code;
+a refused write is an error result whose text is what the memory agent is told.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio.to_thread
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
+
+from kvmem.agent import KEY_DESCRIPTION, refusal_message, tool_schema
+from kvmem.bodies import read_body
+from kvmem.errors import BadRequest, Forbidden, KvmemError, MethodNotAllowed, NotFound
+from kvmem.overview import memory_overview
+from kvmem.services import Services, user_of
+
+log = logging.getLogger("kvmem.mcp")
+
+BLOCK_URI = "memory://block"
+DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT = 50, 500  # as GET /memory/history
+# Where `/mcp` leaves the authenticated user for the tool handlers (which see the request).
+USER_SCOPE_KEY = "kvmem.user"
+INSTRUCTIONS = (
+    "kvmem holds a small key/value memory about the user that is shown to their assistants "
+    "in every conversation. Read it with memory_list or memory_get; change it with "
+    "memory_set and memory_delete only when the user asks you to remember, update or forget "
+    "something. The resource memory://block is the text injected into chats."
+)
+
+
+class ToolArguments(BaseModel):
+    """Base of the tools' argument models: unknown arguments are refused, types not coerced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ListArguments(ToolArguments):
+    """List everything remembered about the user: each entry's key, value, token count,
+    source and dates (newest first), the total tokens against the token limit, and the
+    allowed keys. Call it before changing memory to see what is already stored."""
+
+
+class GetArguments(ToolArguments):
+    """Read one memory about the user by its key."""
+
+    key: str = Field(description=KEY_DESCRIPTION)
+
+
+class SetArguments(ToolArguments):
+    """Remember something about the user: store `value` under `key`, replacing what the key
+    held (so merge anything worth keeping into the new value). Use it only when the user asks
+    to remember or update something; keep values short and factual."""
+
+    key: str = Field(description=KEY_DESCRIPTION)
+    value: str = Field(description="The complete value to store.")
+
+
+class DeleteArguments(ToolArguments):
+    """Forget a memory about the user: delete the entry at `key`."""
+
+    key: str = Field(description=KEY_DESCRIPTION)
+
+
+class HistoryArguments(ToolArguments):
+    """Show how the user's memory changed, newest first: each change's id, key, op (set or
+    delete), old and new value, source (manual, agent, import, revert, mcp), conversation and
+    time. Give `key` for one key's changes (also after it was deleted); for older changes,
+    call again with `before` set to the `next` of the previous answer."""
+
+    key: str | None = Field(None, description=f"{KEY_DESCRIPTION} Leave out for all keys.")
+    limit: int = Field(DEFAULT_HISTORY_LIMIT, ge=1, le=MAX_HISTORY_LIMIT,
+                       description="How many changes to return at most.")
+    before: int | None = Field(None, ge=1, description="Only changes with a smaller id.")
+
+
+TOOLS: dict[str, type[ToolArguments]] = {
+    "memory_list": ListArguments,
+    "memory_get": GetArguments,
+    "memory_set": SetArguments,
+    "memory_delete": DeleteArguments,
+    "memory_history": HistoryArguments,
+}
+
+
+def tool_definitions(valid_keys: list[str] | None) -> list[types.Tool]:
+    """The tools as MCP lists them, with schemas generated from their argument models (the
+    key's description lists `validKeys` when set), as the memory agent's are."""
+    tools = []
+    for name, arguments in TOOLS.items():
+        function = tool_schema(name, arguments, valid_keys)["function"]
+        tools.append(
+            types.Tool(
+                name=name,
+                description=" ".join(function["description"].split()),
+                input_schema=function["parameters"],
+            )
+        )
+    return tools
+
+
+class MemoryMcp:
+    """The MCP server's handlers over one app's services, for the user each request acts for."""
+
+    def __init__(self, services: Services, *, stdio_user: str | None = None) -> None:
+        self.services = services
+        self.stdio_user = stdio_user
+        self._tools = tool_definitions(services.config.memory.valid_keys)
+
+    def server(self) -> Server[Any]:
+        """A low-level SDK `Server` with kvmem's tools and resource."""
+        return Server(
+            "kvmem",
+            version=_version(),
+            instructions=INSTRUCTIONS,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
+        )
+
+    def user(self, ctx: ServerRequestContext[Any]) -> str:
+        """The user this message acts for: `/mcp`'s authenticated user, or stdio's user."""
+        request = ctx.request
+        if request is None:
+            if self.stdio_user is None:  # HTTP messages always carry their request
+                raise MCPError(code=types.INVALID_REQUEST, message="no authenticated user")
+            return self.stdio_user
+        user = request.scope.get(USER_SCOPE_KEY)
+        if not isinstance(user, str):
+            raise MCPError(code=types.INVALID_REQUEST, message="no authenticated user")
+        return user
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self._tools)
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        arguments_model = TOOLS.get(params.name)
+        if arguments_model is None:
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"Unknown tool: {params.name}. Tools: {', '.join(TOOLS)}",
+            )
+        user = self.user(ctx)
+        raw = params.arguments or {}
+        try:
+            arguments = arguments_model.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            return _error(f"Error: invalid arguments for {params.name}: {problems}.")
+        if self.services.config.memory.disabled:
+            return _error("Error: memory is disabled on this server (memory.disabled is true).")
+        try:
+            return await anyio.to_thread.run_sync(self._run_tool, params.name, user, arguments)
+        except KvmemError as exc:
+            key = getattr(arguments, "key", None)
+            if isinstance(exc, NotFound) and params.name == "memory_get":
+                return _error(f'No memory with key "{key}".')
+            return _error(refusal_message(exc, key, self.services.config.memory.valid_keys))
+
+    def _run_tool(self, name: str, user: str, arguments: Any) -> types.CallToolResult:
+        """One tool call, in a worker thread (the store blocks)."""
+        store, config = self.services.store, self.services.config
+        if name == "memory_list":
+            return _data(memory_overview(store.snapshot(user), config))
+        if name == "memory_get":
+            return _data(store.get(user, arguments.key).as_json())
+        if name == "memory_set":
+            written = store.set(user, arguments.key, arguments.value, "mcp")
+            entry = written.entry
+            return _result(
+                f'Memory set for key "{entry.key}" ({entry.token_count} tokens)',
+                {"memory": entry.as_json(), "total_tokens": written.total_tokens,
+                 "token_limit": config.memory.token_limit},
+            )
+        if name == "memory_delete":
+            entry = store.delete(user, arguments.key, "mcp")
+            return _result(f'Memory deleted for key "{entry.key}"', {"deleted": entry.as_json()})
+        if name == "memory_history":
+            page = store.history(user, arguments.key, arguments.limit, arguments.before)
+            return _data(page.as_json())
+        raise AssertionError(f"tool {name} has no implementation")  # TOOLS and this agree
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        block = types.Resource(
+            uri=BLOCK_URI,
+            name="memory_block",
+            title="Memory block",
+            description="The memory block kvmem appends to this user's system message in "
+            "every chat (empty when memory is off or holds nothing).",
+            mime_type="text/plain",
+        )
+        return types.ListResourcesResult(resources=[block])
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        if str(params.uri) != BLOCK_URI:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {params.uri}")
+        user = self.user(ctx)
+        try:
+            context = await self.services.memory.context(user)
+        except KvmemError as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from exc
+        contents = types.TextResourceContents(uri=BLOCK_URI, text=context.block, mime_type="text/plain")
+        return types.ReadResourceResult(contents=[contents])
+
+
+def _result(text: str, structured: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)], structured_content=structured
+    )
+
+
+def _data(value: dict[str, Any]) -> types.CallToolResult:
+    """A read's result: the same JSON as the REST route, as text and as structured content."""
+    return _result(json.dumps(value, ensure_ascii=False), value)
+
+
+def _error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("kvmem")
+
+
+async def serve_stdio(services: Services, user_id: str) -> None:
+    """Serve MCP on stdin/stdout for `user_id` until the client closes the pipe."""
+    server = MemoryMcp(services, stdio_user=user_id).server()
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+class McpHttp:
+    """`/mcp`: refuses other sites' pages, authenticates as every route does, then hands the
+    request to the SDK's streamable HTTP transport.
+
+    Stateless JSON mode: each POST carries its own credentials and is served on its own, so
+    there is no session that another credential could ride on, and replicas need nothing
+    shared.
+    """
+
+    def __init__(self, services: Services) -> None:
+        self.max_body_bytes = services.config.server.max_body_bytes
+        self.sessions = StreamableHTTPSessionManager(
+            app=MemoryMcp(services).server(),
+            json_response=True,
+            stateless=True,
+            max_request_body_size=services.config.server.max_body_bytes,
+        )
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run the transport's task group (the app's lifespan holds it)."""
+        async with self.sessions.run():
+            yield
+
+
+class McpEndpoint:
+    """The ASGI app mounted at `/mcp`; finds the running `McpHttp` in the lifespan state."""
+
+    def __init__(self, state_key: str) -> None:
+        self.state_key = state_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        check_origin(request)
+        if request.method != "POST":
+            # Stateless: no session to end (DELETE) and no server-sent stream to open (GET),
+            # which the transport answers with 405 too.
+            raise MethodNotAllowed(f"{request.method} is not allowed on /mcp: send JSON-RPC by POST")
+        content_type = request.headers.get("content-type", "")
+        if not content_type.lower().startswith("application/json"):
+            raise BadRequest("POST /mcp takes a JSON-RPC message: send Content-Type: application/json")
+        user = await user_of(request)
+        transport: McpHttp = scope["state"][self.state_key]
+        # Read here, within server.max_body_bytes, so that an oversized body gets kvmem's
+        # 413; the transport then reads the same bytes.
+        body = await read_body(request, transport.max_body_bytes)
+        scope[USER_SCOPE_KEY] = user
+        await transport.sessions.handle_request(scope, _replay(body, receive), send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives `body` (already read) first, then what the client sends next
+    (its disconnect)."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def check_origin(request: Request) -> None:
+    """Refuse (403) a request whose `Origin` names another site than the one it was sent to:
+    a page elsewhere must not drive a local MCP server (DNS rebinding). No `Origin` (any
+    non-browser client) is fine."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return
+    if not _same_site(origin, request.headers.get("host", "")):
+        raise Forbidden(f"requests from other sites are refused on /mcp (Origin: {origin[:200]})")
+
+
+def _same_site(origin: str, host: str) -> bool:
+    try:
+        sent_from = urlsplit(origin)
+        sent_to = urlsplit(f"//{host}")
+        default = DEFAULT_PORTS.get(sent_from.scheme)
+        return (
+            default is not None
+            and sent_from.hostname is not None
+            and sent_from.hostname == sent_to.hostname
+            and (sent_from.port or default) == (sent_to.port or default)
+        )
+    except ValueError:  # a malformed port or bracket
+        return False
+

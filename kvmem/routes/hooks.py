@@ -1,0 +1,133 @@
+"""The sidecar hooks, for apps that call their own model and only want kvmem's memory:
+`POST /memory/context` (the block to inject) and `POST /memory/agent` (the memory agent on
+the app's messages).
+
+Both go through `MemoryService`, the same code /chat and /v1 use, so the block an app gets
+here is byte for byte the block kvmem would inject itself, and an agent run here is tracked,
+bounded and drained exactly like a chat turn's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from kvmem.bodies import RequestBody, parse_json, read_body, validate
+from kvmem.errors import BadRequest
+from kvmem.prompts import ChatLine, with_memory
+from kvmem.services import services_of, user_of
+from kvmem.turn_memory import check_conversation_id
+
+# The agent reads only the last `messageWindowSize` messages; a client that sends more than
+# this is sending a whole archive by mistake.
+MAX_MESSAGES = 1000
+MAX_DEADLINE_SECONDS = 60
+CONVERSATION_HEADER = "x-conversation-id"
+
+
+class ContextRequest(RequestBody):
+    """`POST /memory/context`."""
+
+    system: StrictStr = ""
+
+
+class ContentPart(BaseModel):
+    """One part of an OpenAI message's content; only `text` parts are read."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    type: StrictStr
+    text: StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _text_part_has_text(self) -> ContentPart:
+        if self.type == "text" and self.text is None:
+            raise ValueError("a text part needs a string 'text'")
+        return self
+
+
+class AgentMessage(BaseModel):
+    """One OpenAI chat message (other fields, like `name` or `tool_calls`, are ignored)."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: StrictStr | list[ContentPart] | None = None
+
+    def text(self) -> str:
+        """The message's text: its string content, or its text parts joined (images ignored)."""
+        if isinstance(self.content, str):
+            return self.content
+        parts = self.content or []
+        return "\n".join(part.text for part in parts if part.type == "text" and part.text)
+
+
+class AgentRequest(RequestBody):
+    """`POST /memory/agent`."""
+
+    messages: list[AgentMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    conversation_id: StrictStr | None = None
+    wait: StrictBool = True
+    deadline_seconds: float = Field(10, gt=0, le=MAX_DEADLINE_SECONDS)
+
+
+async def memory_context(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    raw = await read_body(request, services.config.server.max_body_bytes)
+    body = validate(ContextRequest, parse_json(raw) if raw.strip() else {})
+    context = await services.memory.context(user)
+    return JSONResponse(
+        {
+            "block": context.block,
+            "injected": context.injected,
+            "token_count": context.token_count,
+            "enabled": context.enabled,
+            "system": with_memory(body.system, context.block),
+        }
+    )
+
+
+async def memory_agent(request: Request) -> Response:
+    arrived = time.monotonic()  # the deadline counts from here, body reading included
+    services = services_of(request)
+    user = await user_of(request)
+    body = validate(
+        AgentRequest, parse_json(await read_body(request, services.config.server.max_body_bytes))
+    )
+    conversation_id = _conversation_id(request, body.conversation_id)
+    lines = [ChatLine(message.role, message.text()) for message in body.messages]
+    run = await services.memory.start_agent(
+        user, conversation_id, lines, deadline=arrived + body.deadline_seconds
+    )
+    if run.task is None:
+        return JSONResponse(_outcome(run.state, run.updates))
+    if not body.wait:
+        # The run goes on to its deadline as a tracked task (shutdown drains it).
+        return JSONResponse({"agent": "running"}, status_code=202)
+    # asyncio.wait, not await: a client that goes away must not cancel the run.
+    await asyncio.wait({run.task})
+    return JSONResponse(_outcome(run.state, run.updates))
+
+
+def _outcome(state: str, updates: list[Any]) -> dict[str, Any]:
+    return {"agent": state, "updates": [update.as_json() for update in updates]}
+
+
+def _conversation_id(request: Request, in_body: str | None) -> str | None:
+    """The conversation the run's changes are recorded under: the header or the body field."""
+    in_header = check_conversation_id(request.headers.get(CONVERSATION_HEADER))
+    in_body = check_conversation_id(in_body)
+    if in_header is not None and in_body is not None and in_header != in_body:
+        raise BadRequest("X-Conversation-Id and the body's conversation_id name different conversations")
+    return in_body if in_body is not None else in_header
+
+
+routes = [
+    Route("/memory/context", memory_context, methods=["POST"]),
+    Route("/memory/agent", memory_agent, methods=["POST"]),
+]
