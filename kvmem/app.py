@@ -9,6 +9,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -19,13 +20,15 @@ from kvmem.conversations import ConversationStore
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import KvmemError, MethodNotAllowed, NotFound, openai_error_body
+from kvmem.metrics import Metrics, MetricsMiddleware
 from kvmem.provider import LiteLLMClient, agent_target, chat_target
-from kvmem.routes import chat, health, memory, openai
+from kvmem.routes import chat, health, memory, openai, ops
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from kvmem.turn_memory import MemoryService
+from kvmem.usage import UsageStore
 
 log = logging.getLogger("kvmem")
 
@@ -36,14 +39,20 @@ def build_services(
     database: Database | None = None,
     tokens: TokenCounter | None = None,
     client: LiteLLMClient | None = None,
+    metrics: Metrics | None = None,
 ) -> Services:
     """The services for `config`; pass `database`, `tokens` or `client` to share existing ones."""
     database = database or Database.from_config(config.database)
     tokens = tokens or TokenCounter()
-    client = client or LiteLLMClient()
+    metrics = metrics or Metrics()
+    client = client or LiteLLMClient(on_call=metrics.upstream_call)
     keys = KeyStore(database)
     store = MemoryStore(database, MemoryRules.from_config(config.memory), tokens)
-    agent = MemoryAgent(config, store, client, agent_target(config))
+    usage = UsageStore(database)
+    agent = MemoryAgent(
+        config, store, client, agent_target(config), usage=usage, metrics=metrics
+    )
+    metrics.agent_in_flight.set_function(lambda: agent.in_flight)
     return Services(
         config=config,
         database=database,
@@ -56,6 +65,8 @@ def build_services(
         chat_target=chat_target(config.chat),
         agent=agent,
         memory=MemoryService(config, store, agent),
+        metrics=metrics,
+        usage=usage,
     )
 
 
@@ -68,10 +79,14 @@ def create_app(
 ) -> Starlette:
     """The kvmem ASGI app. Resources are created when the lifespan starts, not here."""
     owns_database = database is None
+    # The app's own registry: the middleware counts into it before any lifespan state exists.
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
-        services = build_services(config, database=database, tokens=tokens, client=client)
+        services = build_services(
+            config, database=database, tokens=tokens, client=client, metrics=metrics
+        )
         try:
             yield {"services": services}
         finally:
@@ -83,8 +98,9 @@ def create_app(
             if owns_database:
                 services.database.dispose()
 
-    return Starlette(
-        routes=[*health.routes, *memory.routes, *chat.routes, *openai.routes],
+    app = Starlette(
+        routes=[*health.routes, *memory.routes, *chat.routes, *openai.routes, *ops.routes],
+        middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
         lifespan=lifespan,
         exception_handlers={
             KvmemError: render_error,
@@ -92,12 +108,15 @@ def create_app(
             Exception: render_unexpected,
         },
     )
+    app.state.metrics = metrics
+    return app
 
 
 def error_response(
     request: Request, error: KvmemError, headers: Mapping[str, str] | None = None
 ) -> Response:
     """The one place that chooses an error body's shape: OpenAI's fields under `/v1/`."""
+    request.app.state.metrics.error(error.code)
     openai = request.url.path.startswith("/v1/")
     body = openai_error_body(error) if openai else error.body()
     return JSONResponse(body, status_code=error.status, headers=headers)

@@ -59,6 +59,14 @@ class Authenticator:
             raise Forbidden("a user key acts only for its own user; drop X-User-Id or use a service key")
         return owner
 
+    def holds_service_key(self, headers: Mapping[str, str]) -> bool:
+        """Whether the request carries one of the configured service keys (`keys` mode)."""
+        authorization = headers.get("authorization")
+        if not authorization:
+            return False
+        scheme, _, secret = authorization.partition(" ")
+        return scheme.lower() == "bearer" and self._is_service_key(secret.strip())
+
     def _is_service_key(self, secret: str) -> bool:
         candidate = secret.encode("utf-8", "surrogatepass")
         # Compare against every key, in constant time each, so timing reveals nothing.

@@ -1,7 +1,8 @@
 """A chat turn's memory side: what to inject into the main request and the agent beside it.
 
 Shared by /chat and /v1/chat/completions. Memory degrades, chat does not: when the store
-cannot be read the request goes on without memory and the agent state is `failed`.
+cannot be read the request goes on without memory and the agent state is `failed`. The
+daily token budget is read in the same trip off the event loop as the memory itself.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kvmem.config import Config
 from kvmem.errors import StoreUnavailable
 from kvmem.prompts import ChatLine, entries_within, render_memory_block
 from kvmem.store import Entry, MemoryStore, Snapshot
+from kvmem.tables import utcnow
 
 log = logging.getLogger("kvmem.turn_memory")
 
@@ -64,10 +66,12 @@ class MemoryService:
     ) -> TurnMemory:
         """Read the user's memory, render the block and start the agent (before the main call)."""
         entries: list[Entry] = []
-        snapshot, block, store_failed = None, "", False
+        snapshot, block, store_failed, over_budget = None, "", False, False
         if not self.config.memory.disabled and not temporary:
             try:
-                snapshot, entries, block = await run_in_threadpool(self._read, user_id)
+                snapshot, entries, block, over_budget = await run_in_threadpool(
+                    self._read, user_id
+                )
             except StoreUnavailable as exc:
                 log.warning("memory unavailable, chatting without it: user=%s: %s", user_id, exc)
                 store_failed = True
@@ -77,20 +81,31 @@ class MemoryService:
             store_failed=store_failed,
             memories_enabled=snapshot.memories_enabled if snapshot else True,
             has_window=bool(window),
+            over_budget=over_budget,
         )
         if state is not None:
-            return TurnMemory(block, [e.key for e in entries], AgentRun.finished(state))
+            run = self.agent.not_run(state, user_id, conversation_id)
+            return TurnMemory(block, [e.key for e in entries], run)
         assert snapshot is not None  # read whenever the agent may run
         run = self.agent.start(user_id, conversation_id, snapshot.entries, window)
         return TurnMemory(block, [e.key for e in entries], run)
 
-    def _read(self, user_id: str) -> tuple[Snapshot, list[Entry], str]:
-        """Read the user's memory and render its block (one trip off the event loop)."""
+    def _read(self, user_id: str) -> tuple[Snapshot, list[Entry], str, bool]:
+        """Read the user's memory, render its block and tell whether the user is over the
+        daily token budget (one trip off the event loop)."""
         snapshot = self.store.snapshot(user_id)
         if not snapshot.memories_enabled:
-            return snapshot, [], ""
+            return snapshot, [], "", False
         entries = entries_within(snapshot.entries, self.config.memory.token_limit)
-        return snapshot, entries, render_memory_block(entries)
+        return snapshot, entries, render_memory_block(entries), self._over_budget(user_id)
+
+    def _over_budget(self, user_id: str) -> bool:
+        """Whether the user's agent runs of today reached the budget (read from the database,
+        so every replica sees the same runs)."""
+        agent = self.agent
+        if agent.daily_token_budget is None or agent.usage is None or not agent.enabled:
+            return False
+        return agent.is_over_budget(agent.usage.tokens_today(user_id, utcnow()))
 
     def main_ended(self, memory: TurnMemory) -> None:
         """The main response is complete: start the agent's grace period."""

@@ -1,0 +1,136 @@
+"""Prometheus metrics: one registry per app, the metric objects, and the HTTP middleware.
+
+`Metrics` owns a `CollectorRegistry` of its own (never prometheus_client's global one), so
+several apps in one process never share counters. `MetricsMiddleware` is plain ASGI (not
+Starlette's `BaseHTTPMiddleware`, which breaks streaming and cancellation): it times each
+request until its response has ended, a stream included, and labels it with the matched
+route's template (`/memory/{key}`), never the raw path, so the number of series stays bounded.
+It knows nothing of the store or the agent; they report to `Metrics` themselves.
+"""
+
+from __future__ import annotations
+
+import time
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from starlette.routing import Mount
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# From half a millisecond to ten seconds: the memory path takes about a millisecond, a model
+# call seconds; both must land in buckets that tell them apart.
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# The `route` label of a request that matched no route (one label, whatever the path).
+UNMATCHED = "unmatched"
+# Methods get their own label; anything else a client makes up is `other` (bounded, again).
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    """kvmem's metrics, in a registry of this app's own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        registry = self.registry
+        self.http_requests = Counter(
+            "kvmem_http_requests", "HTTP requests answered, by route template, method and status.",
+            ["route", "method", "status"], registry=registry,
+        )
+        self.http_duration = Histogram(
+            "kvmem_http_request_duration_seconds",
+            "Time from a request's arrival until its response ended (streams included).",
+            ["route"], buckets=BUCKETS, registry=registry,
+        )
+        self.upstream_duration = Histogram(
+            "kvmem_upstream_duration_seconds",
+            "Duration of model calls: main (the chat) or agent (the memory agent).",
+            ["kind"], buckets=BUCKETS, registry=registry,
+        )
+        self.agent_runs = Counter(
+            "kvmem_agent_runs", "Chat requests by the memory agent's final state.",
+            ["state"], registry=registry,
+        )
+        self.agent_tokens = Counter(
+            "kvmem_agent_tokens", "Tokens the memory agent's model calls used (input or output).",
+            ["direction"], registry=registry,
+        )
+        self.memory_writes = Counter(
+            "kvmem_memory_writes", "Memory writes made by this process, by source and operation.",
+            ["source", "op"], registry=registry,
+        )
+        self.errors = Counter(
+            "kvmem_errors", "Errors by code: error responses, agent failures, lost usage records.",
+            ["code"], registry=registry,
+        )
+        self.agent_in_flight = Gauge(
+            "kvmem_agent_runs_in_flight", "Memory agent runs working now.", registry=registry,
+        )
+
+    def render(self) -> bytes:
+        """The metrics in Prometheus' text format."""
+        return generate_latest(self.registry)
+
+    def upstream_call(self, kind: str, seconds: float) -> None:
+        """Note one model call of `kind` (`main` or `agent`) that took `seconds`."""
+        self.upstream_duration.labels(kind=kind).observe(seconds)
+
+    def memory_write(self, source: str, op: str, count: int = 1) -> None:
+        """Note `count` memory writes (`op`: set, delete, clear, import) from `source`."""
+        self.memory_writes.labels(source=source, op=op).inc(count)
+
+    def error(self, code: str) -> None:
+        """Note one error with this code."""
+        self.errors.labels(code=code).inc()
+
+
+def route_template(scope: Scope) -> str:
+    """The template of the route that handled the request (`/memory/{key}`), or `unmatched`.
+
+    Starlette's router puts the matched route in the scope. Inside a mounted router the
+    route's path is relative to the mount, whose matched prefix is in `root_path`.
+    """
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if route is None or path is None:
+        return UNMATCHED
+    if isinstance(route, Mount):  # a mounted app that is not a router (static files, ...)
+        return path or "/"
+    prefix = scope.get("root_path", "")[len(scope.get("app_root_path", "")) :]
+    return f"{prefix}{path}" or "/"
+
+
+class MetricsMiddleware:
+    """Counts and times every HTTP request by route template, method and status."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status: int | None = None
+        started = time.perf_counter()
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        except BaseException:
+            # The app raised before answering: the server error middleware outside this one
+            # answers 500. A client that left mid-stream keeps the status already sent.
+            status = status or 500
+            raise
+        finally:
+            self._note(scope, status or 500, time.perf_counter() - started)
+
+    def _note(self, scope: Scope, status: int, seconds: float) -> None:
+        route = route_template(scope)
+        method = scope["method"] if scope["method"] in METHODS else "other"
+        self.metrics.http_requests.labels(route=route, method=method, status=str(status)).inc()
+        self.metrics.http_duration.labels(route=route).observe(seconds)
