@@ -181,3 +181,13 @@ def test_scrape_benchmark_runs_in_its_short_mode() -> None:
     result = measure(series=100, scrapes=5)
     assert result["series"] >= 100
     assert result["scrapes"] == 5
+
+
+def test_runs_in_flight_is_a_live_gauge(
+    make_client: MakeClient, chat_sections: Callable[..., dict[str, Any]], upstream: Any
+) -> None:
+    upstream.script(AGENT_MODEL, Reply(hang=True))
+    client = make_client(**chat_sections(agent={"grace_seconds": 30}, server={"drain_seconds": 0}))
+    assert client.post("/chat", json={"message": "hi"}).json()["memory"]["agent"] == "running"
+    upstream.wait_for(AGENT_MODEL)
+    assert series(scrape(client), "kvmem_agent_runs_in_flight") == {(): 1}
