@@ -172,12 +172,9 @@ class MetricsMiddleware:
 
         try:
             await self.app(scope, receive, send_and_note)
-        except BaseException:
-            # The app raised before answering: the server error middleware outside this one
-            # answers 500. A client that left mid-stream keeps the status already sent.
-            status = status or 500
-            raise
         finally:
+            # No response started: the app raised, and the server error middleware outside
+            # this one answers 500. A client that left mid-stream keeps the status sent.
             self._note(scope, status or 500, time.perf_counter() - started)
 
     def _note(self, scope: Scope, status: int, seconds: float) -> None:

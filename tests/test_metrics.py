@@ -191,3 +191,27 @@ def test_runs_in_flight_is_a_live_gauge(
     assert client.post("/chat", json={"message": "hi"}).json()["memory"]["agent"] == "running"
     upstream.wait_for(AGENT_MODEL)
     assert series(scrape(client), "kvmem_agent_runs_in_flight") == {(): 1}
+
+
+class ExplodingClient:
+    """A model client with a bug: every call raises something kvmem does not know."""
+
+    async def complete(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise ZeroDivisionError("a bug")
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_bug_is_counted_as_a_500(
+    make_config: Callable[..., Any], database: Any, tokens: Any
+) -> None:
+    from kvmem.app import create_app
+
+    config = make_config(chat={"model": f"openai/{MAIN_MODEL}"})
+    app = create_app(config, database=database, tokens=tokens, client=ExplodingClient())  # type: ignore[arg-type]
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert client.post("/chat", json={"message": "hi"}).status_code == 500
+        text = scrape(client)
+    assert series(text, "kvmem_http_requests_total") == {("/chat", "POST", "500"): 1}
+    assert series(text, "kvmem_errors_total") == {("internal_error",): 1}
