@@ -2,7 +2,9 @@
 
 It knows nothing of HTTP. `MemoryAgent.start` launches one `AgentRun` as an asyncio task
 that the app tracks; the run is cancelled `grace_seconds` after the main response ends, and a
-guard run just before each commit makes sure no write lands after that deadline.
+guard run just before each commit makes sure no write lands after that deadline. When a run
+ends, its usage (model calls, tokens, cost, writes) is recorded off the event loop by a task
+of its own, so that recording can neither slow nor fail the chat.
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 import anyio.to_thread
@@ -29,14 +33,21 @@ from kvmem.errors import (
     NotFound,
     ValueTooLong,
 )
+from kvmem.metrics import Metrics
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
-from kvmem.provider import LiteLLMClient, Target
+from kvmem.provider import LiteLLMClient, Target, token_prices
 from kvmem.redaction import SecretScrubber
-from kvmem.store import Entry, MemoryStore
+from kvmem.store import Entry, MemoryStore, iso
+from kvmem.tables import utcnow
+from kvmem.usage import RunUsage, UsageStore
 
 log = logging.getLogger("kvmem.agent")
 
-AgentState = Literal["disabled", "skipped", "running", "done", "failed", "timeout"]
+AgentState = Literal[
+    "disabled", "skipped", "gated", "over_budget", "running", "done", "failed", "timeout"
+]
+# States of a run that never called the model but is still recorded in `agent_runs`.
+RECORDED_WITHOUT_RUN = frozenset({"over_budget"})
 MAX_MODEL_CALLS = 2
 MAX_TOOL_CALLS = 16
 
@@ -71,6 +82,10 @@ class AgentRun:
     conversation_id: str | None = None
     task: asyncio.Task[None] | None = None
     deadline: float | None = None  # time.monotonic(); None until the main response ends
+    started_at: datetime = field(default_factory=utcnow)
+    model_calls: int = 0
+    input_tokens: int = 0  # as the upstream's `usage` reported them
+    output_tokens: int = 0
     _events: asyncio.Queue[MemoryUpdate] = field(default_factory=asyncio.Queue)
     _loop: asyncio.AbstractEventLoop | None = None
     _timer: asyncio.TimerHandle | None = None
@@ -96,6 +111,12 @@ class AgentRun:
         """The commit guard: raise if the deadline has passed (called from worker threads)."""
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise DeadlinePassed("the memory agent's deadline has passed")
+
+    def count_usage(self, usage: dict[str, Any] | None) -> None:
+        """Add one model call's `usage` (OpenAI's `prompt_tokens`/`completion_tokens`)."""
+        usage = usage or {}
+        self.input_tokens += int(usage.get("prompt_tokens") or 0)
+        self.output_tokens += int(usage.get("completion_tokens") or 0)
 
     def record(self, update: MemoryUpdate) -> None:
         """Note a committed write (called from the worker thread that committed it)."""
@@ -132,6 +153,23 @@ class AgentRun:
     def _expire(self) -> None:
         if self.task is not None and not self.task.done():
             self.task.cancel()
+
+
+@dataclass(frozen=True)
+class AgentError:
+    """The last failure of a run, for /healthz: when, and what (secrets masked)."""
+
+    at: datetime
+    message: str
+
+    def as_json(self) -> dict[str, str]:
+        """The error as /healthz shows it."""
+        return {"at": iso(self.at), "message": self.message}
+
+
+# Bearer tokens and API keys as they appear in provider error messages.
+_KEY_LIKE = re.compile(r"\b(sk|pk|rk|key|tok)[-_][A-Za-z0-9_\-*]{6,}", re.IGNORECASE)
+MAX_ERROR_MESSAGE = 300
 
 
 KEY_DESCRIPTION = "The memory key: lowercase letters, digits and _, starting with a letter."
@@ -185,29 +223,61 @@ class MemoryAgent:
     """Decides whether the agent runs, runs it, and keeps track of every run in flight."""
 
     def __init__(
-        self, config: Config, store: MemoryStore, client: LiteLLMClient, target: Target | None
+        self,
+        config: Config,
+        store: MemoryStore,
+        client: LiteLLMClient,
+        target: Target | None,
+        *,
+        usage: UsageStore | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.client = client
         self.target = target
+        self.usage = usage
+        self.metrics = metrics or Metrics()
         self.grace_seconds = config.memory.agent.grace_seconds if config.memory.agent else 0.0
+        self.daily_token_budget = (
+            config.memory.agent.daily_token_budget if config.memory.agent else None
+        )
         self.outcomes: Counter[str] = Counter()
+        self.last_error: AgentError | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs: set[AgentRun] = set()
+        self._records: set[asyncio.Task[None]] = set()
         self._tools = tool_definitions(config.memory.valid_keys)
         self._scrubber = SecretScrubber.from_config(config)  # failures may quote a secret
         # Decided once from the config, not on every request.
         self._enabled = config.agent_status()[0] and target is not None
+        self._prices = token_prices(target.model) if target is not None else None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the agent runs at all under this config."""
+        return self._enabled
+
+    def is_over_budget(self, tokens_today: int) -> bool:
+        """Whether a user who used `tokens_today` today may not have another run."""
+        budget = self.daily_token_budget
+        return budget is not None and tokens_today >= budget
 
     def verdict(
-        self, *, temporary: bool, store_failed: bool, memories_enabled: bool, has_window: bool
+        self,
+        *,
+        temporary: bool,
+        store_failed: bool,
+        memories_enabled: bool,
+        has_window: bool,
+        over_budget: bool = False,
     ) -> AgentState | None:
         """Why the agent does not run for this request, as its state; None when it runs.
 
         The one place that decides: `disabled` (memory or the agent off), `skipped` (a
         temporary request, an opted-out user, no user message to read), `failed` (the store
-        could not be read, so the agent would work blind).
+        could not be read, so the agent would work blind), `over_budget` (the user's runs of
+        today reached `daily_token_budget`).
         """
         if self.config.memory.disabled:
             return "disabled"
@@ -219,7 +289,18 @@ class MemoryAgent:
             return "disabled"
         if not memories_enabled or not has_window:
             return "skipped"
+        if over_budget:
+            return "over_budget"
         return None
+
+    def not_run(self, state: AgentState, user_id: str, conversation_id: str | None) -> AgentRun:
+        """The run of a request the agent does not run for, counted (and, for `over_budget`,
+        recorded, so that refused runs show in the usage)."""
+        run = AgentRun.finished(state)
+        self.metrics.agent_runs.labels(state=state).inc()
+        if state in RECORDED_WITHOUT_RUN:
+            self._record_later(run, user_id, conversation_id, duration=0.0)
+        return run
 
     def start(
         self,
@@ -237,7 +318,10 @@ class MemoryAgent:
         """
         loop = asyncio.get_running_loop()
         run = AgentRun(state="running", conversation_id=conversation_id, _loop=loop)
-        run.task = loop.create_task(self._run(run, user_id, conversation_id, entries, window))
+        started = time.monotonic()
+        run.task = loop.create_task(
+            self._run(run, user_id, conversation_id, entries, window, started)
+        )
         self._tasks.add(run.task)
         self._runs.add(run)
         run.task.add_done_callback(self._tasks.discard)
@@ -262,6 +346,8 @@ class MemoryAgent:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        # The runs just ended started their records: let them land before the database closes.
+        await asyncio.gather(*list(self._records), return_exceptions=True)
 
     async def _run(
         self,
@@ -270,6 +356,7 @@ class MemoryAgent:
         conversation_id: str | None,
         entries: Sequence[Entry],
         window: Sequence[ChatLine],
+        started: float,
     ) -> None:
         try:
             await self._converse(run, user_id, entries, window)
@@ -282,10 +369,60 @@ class MemoryAgent:
             run.state = "failed"
             log.warning("memory agent failed: user=%s conversation=%s: %s",
                         user_id, conversation_id, self._scrubber.scrub(str(exc)))
+            self.last_error = AgentError(utcnow(), self._masked(exc))
+            self.metrics.error("agent_failed")
         finally:
             self.outcomes[run.state] += 1
             if run._timer is not None:
                 run._timer.cancel()
+            self.metrics.agent_runs.labels(state=run.state).inc()
+            self.metrics.agent_tokens.labels(direction="input").inc(run.input_tokens)
+            self.metrics.agent_tokens.labels(direction="output").inc(run.output_tokens)
+            self._record_later(run, user_id, conversation_id, time.monotonic() - started)
+
+    def _record_later(
+        self, run: AgentRun, user_id: str, conversation_id: str | None, duration: float
+    ) -> None:
+        """Record the run's usage in a task of its own, so the run (and a stream waiting for
+        it) ends now, not after a database write."""
+        if self.usage is None:
+            return
+        usage = RunUsage(
+            user_id=user_id,
+            conversation_id=conversation_id,
+            started_at=run.started_at,
+            duration_seconds=duration,
+            model_calls=run.model_calls,
+            input_tokens=run.input_tokens,
+            output_tokens=run.output_tokens,
+            cost_usd=self._cost(run),
+            state=run.state,
+            writes=len(run.updates),
+        )
+        task = asyncio.get_running_loop().create_task(self._record(usage))
+        self._records.add(task)
+        task.add_done_callback(self._records.discard)
+
+    async def _record(self, usage: RunUsage) -> None:
+        assert self.usage is not None
+        try:
+            await anyio.to_thread.run_sync(self.usage.record, usage)
+        except Exception as exc:  # a lost record is logged and counted, never the chat's problem
+            log.warning("agent run usage not recorded: user=%s conversation=%s: %s",
+                        usage.user_id, usage.conversation_id, exc)
+            self.metrics.error("usage_record_failed")
+
+    def _cost(self, run: AgentRun) -> float | None:
+        """The run's cost in USD from litellm's price map; None when the model has no price."""
+        if self._prices is None:
+            return None
+        return run.input_tokens * self._prices[0] + run.output_tokens * self._prices[1]
+
+    def _masked(self, exc: BaseException) -> str:
+        """The error's message without any configured secret or key-like token, shortened."""
+        message = self._scrubber.scrub(f"{getattr(exc, 'code', type(exc).__name__)}: {exc}")
+        message = _KEY_LIKE.sub("***", message)
+        return message[:MAX_ERROR_MESSAGE]
 
     async def _converse(
         self, run: AgentRun, user_id: str, entries: Sequence[Entry], window: Sequence[ChatLine]
@@ -307,9 +444,11 @@ class MemoryAgent:
             {"role": "user", "content": prompt},
         ]
         for _ in range(MAX_MODEL_CALLS):
+            run.model_calls += 1
             response = await self.client.complete(
                 self.target, messages, user_id, tools=self._tools, tool_choice="auto"
             )
+            run.count_usage(response.get("usage"))
             message = response["choices"][0]["message"]
             calls = message.get("tool_calls") or []
             if not calls:
@@ -379,6 +518,7 @@ class MemoryAgent:
             conversation_id=run.conversation_id, guard=run.check_deadline,
         )
         run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
+        self.metrics.memory_write("agent", "set")
         return f'Memory set for key "{written.entry.key}" ({written.entry.token_count} tokens)'
 
     def _delete(self, run: AgentRun, user_id: str, key: str) -> str:
@@ -386,6 +526,7 @@ class MemoryAgent:
             user_id, key, "agent", conversation_id=run.conversation_id, guard=run.check_deadline
         )
         run.record(MemoryUpdate("delete", key))
+        self.metrics.memory_write("agent", "delete")
         return f'Memory deleted for key "{key}"'
 
     def _refusal(self, exc: KvmemError, arguments: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -20,16 +21,18 @@ from kvmem.conversations import ConversationStore
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import KvmemError, MethodNotAllowed, NotFound, openai_error_body
+from kvmem.metrics import Metrics, MetricsMiddleware
 from kvmem.provider import LiteLLMClient, agent_target, chat_target
 from kvmem.mcp_server import McpEndpoint, McpHttp
 from kvmem.redaction import SecretScrubber
-from kvmem.routes import chat, health, hooks, memory, openai, sessions, ui
+from kvmem.routes import chat, health, hooks, memory, openai, ops, sessions, ui
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
 from kvmem.sessions import SessionStore
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from kvmem.turn_memory import MemoryService
+from kvmem.usage import UsageStore
 
 log = logging.getLogger("kvmem")
 
@@ -42,11 +45,15 @@ def build_services(
     database: Database | None = None,
     tokens: TokenCounter | None = None,
     client: LiteLLMClient | None = None,
+    metrics: Metrics | None = None,
 ) -> Services:
     """The services for `config`; pass `database`, `tokens` or `client` to share existing ones."""
     database = database or Database.from_config(config.database)
     tokens = tokens or TokenCounter()
-    client = client or LiteLLMClient(SecretScrubber.from_config(config))
+    metrics = metrics or Metrics()
+    client = client or LiteLLMClient(
+        SecretScrubber.from_config(config), on_call=metrics.upstream_call
+    )
     keys = KeyStore(database)
     store = MemoryStore(
         database,
@@ -54,7 +61,11 @@ def build_services(
         tokens,
         keep_days=config.memory.history.keep_days,
     )
-    agent = MemoryAgent(config, store, client, agent_target(config))
+    usage = UsageStore(database)
+    agent = MemoryAgent(
+        config, store, client, agent_target(config), usage=usage, metrics=metrics
+    )
+    metrics.agent_in_flight.set_function(lambda: agent.in_flight)
     return Services(
         config=config,
         database=database,
@@ -69,6 +80,8 @@ def build_services(
         chat_target=chat_target(config.chat),
         agent=agent,
         memory=MemoryService(config, store, agent),
+        metrics=metrics,
+        usage=usage,
     )
 
 
@@ -81,10 +94,14 @@ def create_app(
 ) -> Starlette:
     """The kvmem ASGI app. Resources are created when the lifespan starts, not here."""
     owns_database = database is None
+    # The app's own registry: the middleware counts into it before any lifespan state exists.
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
-        services = build_services(config, database=database, tokens=tokens, client=client)
+        services = build_services(
+            config, database=database, tokens=tokens, client=client, metrics=metrics
+        )
         mcp = McpHttp(services)
         try:
             # The MCP transport's task group lives as long as the app; it ends first, so no
@@ -107,10 +124,12 @@ def create_app(
             *hooks.routes,
             *chat.routes,
             *openai.routes,
+            *ops.routes,
             *sessions.routes,
             *ui.routes,
             Route("/mcp", McpEndpoint(MCP_STATE)),
         ],
+        middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
         lifespan=lifespan,
         exception_handlers={
             KvmemError: render_error,
@@ -121,6 +140,7 @@ def create_app(
     # Starlette would answer `/memory/abc/` with a redirect whose Location names the host
     # of the client's own Host header; a path kvmem does not serve is a 404, nothing else.
     app.router.redirect_slashes = False
+    app.state.metrics = metrics
     return app
 
 
@@ -128,6 +148,7 @@ def error_response(
     request: Request, error: KvmemError, headers: Mapping[str, str] | None = None
 ) -> Response:
     """The one place that chooses an error body's shape: OpenAI's fields under `/v1/`."""
+    request.app.state.metrics.error(error.code)
     openai = request.url.path.startswith("/v1/")
     body = openai_error_body(error) if openai else error.body()
     return JSONResponse(body, status_code=error.status, headers=headers)

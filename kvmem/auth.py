@@ -106,6 +106,14 @@ class Authenticator:
         secret = _bearer(authorization)
         return secret if is_session_token(secret) and not self._is_service_key(secret) else None
 
+    def holds_service_key(self, headers: Mapping[str, str]) -> bool:
+        """Whether the request carries one of the configured service keys (`keys` mode)."""
+        authorization = headers.get("authorization")
+        if not authorization:
+            return False
+        scheme, _, secret = authorization.partition(" ")
+        return scheme.lower() == "bearer" and self._is_service_key(secret.strip())
+
     def _is_service_key(self, secret: str) -> bool:
         candidate = secret.encode("utf-8", "surrogatepass")
         # Compare against every key, in constant time each, so timing reveals nothing.

@@ -466,6 +466,38 @@ def user_erase(user_id: str, yes: bool) -> None:
     print_json(erased.as_json())
 
 
+@main.command()
+@config_option
+@click.option("--user", "user_id", default=None, help="Only this user, per UTC day.")
+@click.option(
+    "--days", type=click.IntRange(1, 366), default=30, show_default=True,
+    help="How many UTC days back, today included.",
+)
+def usage(user_id: str | None, days: int) -> None:
+    """What the memory agent used: per day for --user (as GET /usage), else per user."""
+    from kvmem.tables import utcnow
+    from kvmem.usage import UsageStore, UsageSum
+
+    loaded = loaded_config()
+    if user_id is not None:
+        user_id = checked_user(user_id)
+    store = UsageStore(open_database(loaded))
+    with operation():
+        if user_id is not None:
+            print_json(store.daily(user_id, days, utcnow()).as_json())
+            return
+        users = store.by_user(days, utcnow())
+    totals = UsageSum()
+    for _, used in users:
+        totals += used
+    print_json(
+        {
+            "users": [{"user": user, **used.as_json()} for user, used in users],
+            "totals": totals.as_json(),
+        }
+    )
+
+
 @main.group()
 @config_option
 def keys() -> None:

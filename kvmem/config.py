@@ -159,6 +159,8 @@ class AgentConfig(Section):
     api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("api_key", "apiKey"))
     headers: dict[str, SecretStr] = Field(default_factory=dict)
     grace_seconds: float = Field(3, ge=0)
+    # Input + output tokens of a user's agent runs per UTC day; past it, no agent call.
+    daily_token_budget: int | None = Field(None, ge=0)
 
 
 class HistoryConfig(Section):

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,7 @@ class Target:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     parameters: Mapping[str, Any] = field(default_factory=dict)
     timeout: float = 120.0
+    kind: str = "main"  # "main" (the chat) or "agent" (the memory agent), for the metrics
 
     def headers_for(self, user_id: str) -> dict[str, str]:
         """The headers with `{{LIBRECHAT_USER_ID}}`/`{{KVMEM_USER_ID}}` set to the user."""
@@ -112,15 +114,35 @@ def agent_target(config: Config) -> Target | None:
         headers=headers,
         parameters=dict(agent.model_parameters),
         timeout=config.chat.timeout,
+        kind="agent",
     )
+
+
+def token_prices(model: str) -> tuple[float, float] | None:
+    """USD per input token and per output token from litellm's offline price map, or None
+    when the map has no price for `model` (a local model, a custom endpoint's own name)."""
+    try:
+        prices = litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
+    except Exception:  # litellm raises several kinds for "not in the map"; all mean no price
+        return None
+    return float(prices[0]), float(prices[1])
 
 
 class LiteLLMClient:
     """Calls models through `litellm.acompletion`; errors come out as `KvmemError`s, with
-    every secret `scrubber` knows masked in the upstream's text."""
+    every secret `scrubber` knows masked in the upstream's text.
 
-    def __init__(self, scrubber: SecretScrubber | None = None) -> None:
+    `on_call(kind, seconds)`, when given, hears how long each call took (a stream: until it
+    ended), whether it succeeded or not.
+    """
+
+    def __init__(
+        self,
+        scrubber: SecretScrubber | None = None,
+        on_call: Callable[[str, float], None] | None = None,
+    ) -> None:
         self.scrubber = scrubber or SecretScrubber()
+        self.on_call = on_call
 
     async def aclose(self) -> None:
         """Close the HTTP clients litellm keeps (they are process-wide: call at shutdown)."""
@@ -136,6 +158,7 @@ class LiteLLMClient:
         self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
     ) -> dict[str, Any]:
         """One non-streamed completion, as an OpenAI `chat.completion` dict."""
+        started = time.perf_counter()
         try:
             async with asyncio.timeout(target.timeout + TIMEOUT_SLACK):
                 response = await litellm.acompletion(
@@ -145,6 +168,8 @@ class LiteLLMClient:
             raise UpstreamTimeout(_timeout_message(target)) from exc
         except Exception as exc:  # every litellm failure crosses this one boundary
             raise translate(exc, target, self.scrubber) from exc
+        finally:
+            self._timed(target, started)
         body = openai_shape(response.model_dump(exclude_none=True))
         if not body.get("choices"):
             raise UpstreamError(
@@ -158,9 +183,11 @@ class LiteLLMClient:
     ) -> AsyncIterator[dict[str, Any]]:
         """A streamed completion: `chat.completion.chunk` dicts as the upstream sends them."""
         arguments = self._arguments(target, messages, user_id, request)
+        started = time.perf_counter()
         try:
             response = await litellm.acompletion(stream=True, **arguments)
         except Exception as exc:
+            self._timed(target, started)
             raise translate(exc, target, self.scrubber) from exc
         substantive = 0
         try:
@@ -171,6 +198,7 @@ class LiteLLMClient:
         except Exception as exc:
             raise translate(exc, target, self.scrubber) from exc
         finally:
+            self._timed(target, started)
             with anyio.CancelScope(shield=True):  # close the upstream even when cancelled
                 await response.aclose()
         # Not even a role chunk: the body was not an event stream (litellm then makes up a
@@ -180,6 +208,10 @@ class LiteLLMClient:
                 "the model call failed: the stream held no chunks (a malformed response)",
                 upstream_status=200,
             )
+
+    def _timed(self, target: Target, started: float) -> None:
+        if self.on_call is not None:
+            self.on_call(target.kind, time.perf_counter() - started)
 
     @staticmethod
     def _arguments(

@@ -14,10 +14,12 @@ from kvmem.conversations import ConversationStore
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import MemoryDisabled
+from kvmem.metrics import Metrics
 from kvmem.provider import LiteLLMClient, Target
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from kvmem.turn_memory import MemoryService
+from kvmem.usage import UsageStore
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class Services:
     chat_target: Target
     agent: MemoryAgent
     memory: MemoryService
+    metrics: Metrics
+    usage: UsageStore
 
 
 def services_of(request: Request) -> Services:

@@ -3,7 +3,8 @@
 Shared by /chat and /v1/chat/completions, and by the sidecar hooks (/memory/context,
 /memory/agent) and the MCP server, so that all of them render the one same block. Memory
 degrades, chat does not: when the store cannot be read the request goes on without memory
-and the agent state is `failed`.
+and the agent state is `failed`. The daily token budget is read in the same trip off the
+event loop as the memory itself.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from kvmem.config import Config
 from kvmem.errors import BadRequest, StoreUnavailable
 from kvmem.prompts import ChatLine, entries_within, render_memory_block
 from kvmem.store import Entry, MemoryStore, Snapshot
+from kvmem.tables import utcnow
 
 log = logging.getLogger("kvmem.turn_memory")
 
@@ -92,10 +94,12 @@ class MemoryService:
     ) -> TurnMemory:
         """Read the user's memory, render the block and start the agent (before the main call)."""
         entries: list[Entry] = []
-        snapshot, block, store_failed = None, "", False
+        snapshot, block, store_failed, over_budget = None, "", False, False
         if not self.config.memory.disabled and not temporary:
             try:
-                snapshot, entries, block = await run_in_threadpool(self._read, user_id)
+                snapshot, entries, block, over_budget = await run_in_threadpool(
+                    self._read_turn, user_id
+                )
             except StoreUnavailable as exc:
                 log.warning("memory unavailable, chatting without it: user=%s: %s", user_id, exc)
                 store_failed = True
@@ -105,9 +109,11 @@ class MemoryService:
             store_failed=store_failed,
             memories_enabled=snapshot.memories_enabled if snapshot else True,
             has_window=bool(window),
+            over_budget=over_budget,
         )
         if state is not None:
-            return TurnMemory(block, [e.key for e in entries], AgentRun.finished(state))
+            run = self.agent.not_run(state, user_id, conversation_id)
+            return TurnMemory(block, [e.key for e in entries], run)
         assert snapshot is not None  # read whenever the agent may run
         run = self.agent.start(user_id, conversation_id, snapshot.entries, window)
         return TurnMemory(block, [e.key for e in entries], run)
@@ -136,9 +142,16 @@ class MemoryService:
         )
         if state is not None:
             return AgentRun.finished(state)
-        snapshot = await run_in_threadpool(self.store.snapshot, user_id)
-        if not snapshot.memories_enabled:
-            return AgentRun.finished("skipped")
+        snapshot, _, _, over_budget = await run_in_threadpool(self._read_turn, user_id)
+        state = self.agent.verdict(
+            temporary=False,
+            store_failed=False,
+            memories_enabled=snapshot.memories_enabled,
+            has_window=True,
+            over_budget=over_budget,
+        )
+        if state is not None:
+            return self.agent.not_run(state, user_id, conversation_id)
         return self.agent.start(user_id, conversation_id, snapshot.entries, window, deadline=deadline)
 
     def _context(self, user_id: str) -> MemoryContext:
@@ -157,6 +170,21 @@ class MemoryService:
             return snapshot, [], ""
         entries = entries_within(snapshot.entries, self.config.memory.token_limit)
         return snapshot, entries, render_memory_block(entries)
+
+    def _read_turn(self, user_id: str) -> tuple[Snapshot, list[Entry], str, bool]:
+        """`_read`, and whether the user is over the daily token budget (one trip off the
+        event loop)."""
+        snapshot, entries, block = self._read(user_id)
+        over_budget = snapshot.memories_enabled and self._over_budget(user_id)
+        return snapshot, entries, block, over_budget
+
+    def _over_budget(self, user_id: str) -> bool:
+        """Whether the user's agent runs of today reached the budget (read from the database,
+        so every replica sees the same runs)."""
+        agent = self.agent
+        if agent.daily_token_budget is None or agent.usage is None or not agent.enabled:
+            return False
+        return agent.is_over_budget(agent.usage.tokens_today(user_id, utcnow()))
 
     def main_ended(self, memory: TurnMemory) -> None:
         """The main response is complete: start the agent's grace period."""

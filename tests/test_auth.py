@@ -104,9 +104,15 @@ def test_wrong_credentials_are_401(make_client: MakeClient, authorization: str, 
     assert answer(client.get("/memory", headers={"Authorization": authorization})) == expected
 
 
+# /healthz's agent object when memory.yaml configures no agent.
+NO_AGENT = {"enabled": False, "reason": "memory.agent is not configured", "last_error": None}
+
+
 def test_healthz_is_open_without_a_key(make_client: MakeClient) -> None:
     response = make_client(auth=KEYS_MODE).get("/healthz")
-    assert answer(response) == (200, {"status": "ok", "version": __version__, "store": "ok"})
+    assert answer(response) == (
+        200, {"status": "ok", "version": __version__, "store": "ok", "agent": NO_AGENT}
+    )
 
 
 # -- user keys ---------------------------------------------------------------------------------

@@ -552,11 +552,15 @@ def test_wrong_method_is_405_with_allow(
 # -- 503: the store is down --------------------------------------------------------------------
 
 
+# /healthz's agent object when memory.yaml configures no agent.
+NO_AGENT = {"enabled": False, "reason": "memory.agent is not configured", "last_error": None}
+
+
 def test_healthz(make_client: MakeClient) -> None:
     response = make_client().get("/healthz")
     assert (response.status_code, response.json()) == (
         200,
-        {"status": "ok", "version": __version__, "store": "ok"},
+        {"status": "ok", "version": __version__, "store": "ok", "agent": NO_AGENT},
     )
 
 
@@ -593,7 +597,7 @@ def test_broken_database_is_503_and_healthz_says_so(
     health = client.get("/healthz")
     assert (health.status_code, health.json()) == (
         200,
-        {"status": "ok", "version": __version__, "store": "unavailable"},
+        {"status": "ok", "version": __version__, "store": "unavailable", "agent": NO_AGENT},
     )
 
     # Put it back: the store answers again, with its data.

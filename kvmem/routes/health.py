@@ -1,4 +1,4 @@
-"""`/healthz`: is the process up, and can it reach its store."""
+"""`/healthz`: is the process up, can it reach its store, and is the memory agent working."""
 
 from __future__ import annotations
 
@@ -12,10 +12,19 @@ from kvmem.services import services_of
 
 
 async def healthz(request: Request) -> Response:
-    """Always 200 while the process serves (chat works without the store); says if the store is up."""
-    reachable = await run_in_threadpool(services_of(request).database.ping)
+    """Always 200 while the process serves (chat works without the store); says if the store
+    is up, and whether the agent is on, why, and its last failure (secrets masked)."""
+    services = services_of(request)
+    reachable = await run_in_threadpool(services.database.ping)
     store = "ok" if reachable else "unavailable"
-    return JSONResponse({"status": "ok", "version": __version__, "store": store})
+    enabled, reason = services.config.agent_status()
+    last_error = services.agent.last_error
+    agent = {
+        "enabled": enabled,
+        "reason": reason,
+        "last_error": last_error.as_json() if last_error else None,
+    }
+    return JSONResponse({"status": "ok", "version": __version__, "store": store, "agent": agent})
 
 
 routes = [Route("/healthz", healthz, methods=["GET"])]

@@ -31,6 +31,7 @@ async def clear_memories(request: Request) -> Response:
     user = await user_of(request)
     require_memory(services)
     deleted = await run_in_threadpool(services.store.clear, user)
+    services.metrics.memory_write("manual", "clear")
     return JSONResponse({"deleted": deleted})
 
 
@@ -49,6 +50,7 @@ async def put_memory(request: Request) -> Response:
     key = services.store.rules.check_key(request.path_params["key"])
     body = await read_model(request, MemoryValue, services.config.server.max_body_bytes)
     written = await run_in_threadpool(services.store.set, user, key, body.value, "manual")
+    services.metrics.memory_write("manual", "set")
     return JSONResponse(
         {
             "memory": written.entry.as_json(),
@@ -64,6 +66,7 @@ async def delete_memory(request: Request) -> Response:
     user = await user_of(request)
     require_memory(services)
     await run_in_threadpool(services.store.delete, user, request.path_params["key"])
+    services.metrics.memory_write("manual", "delete")
     return Response(status_code=204)
 
 

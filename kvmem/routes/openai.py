@@ -55,7 +55,7 @@ async def chat_completions(request: Request) -> Response:
             response = await services.client.complete(target, upstream_messages, user_id, **params)
         finally:
             services.memory.main_ended(memory)
-        return JSONResponse(response)
+        return JSONResponse(response, headers=memory_headers(memory))
 
     chunks = services.client.stream(target, upstream_messages, user_id, **params)
     try:
@@ -64,7 +64,15 @@ async def chat_completions(request: Request) -> Response:
         services.memory.main_ended(memory)
         await chunks.aclose()
         raise
-    return ClosingStreamingResponse(_forward(first, chunks, memory, services.memory.main_ended))
+    streamed = ClosingStreamingResponse(_forward(first, chunks, memory, services.memory.main_ended))
+    streamed.headers.update(memory_headers(memory))
+    return streamed
+
+
+def memory_headers(memory: TurnMemory) -> dict[str, str]:
+    """`X-Memory-Injected` (entries in the block) and `X-Memory-Agent` (the agent's state
+    as the headers leave: a streamed reply's agent is usually still `running`)."""
+    return {"X-Memory-Injected": str(len(memory.injected)), "X-Memory-Agent": memory.run.state}
 
 
 async def _forward(
