@@ -123,6 +123,18 @@ class AgentConfig(Section):
     api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("api_key", "apiKey"))
     headers: dict[str, SecretStr] = Field(default_factory=dict)
     grace_seconds: float = Field(3, ge=0)
+    trigger: Literal["always", "intent"] = "always"
+    trigger_phrases: list[str] = Field(default_factory=list)
+    mode: Literal["tools", "json"] = "tools"
+
+    @field_validator("trigger_phrases")
+    @classmethod
+    def _no_blank_phrase(cls, phrases: list[str]) -> list[str]:
+        # A blank phrase would be found in every message and silently turn the gate off.
+        for phrase in phrases:
+            if not phrase.strip():
+                raise ValueError("a trigger phrase must not be blank")
+        return phrases
 
 
 class MemoryConfig(Section):

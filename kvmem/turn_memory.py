@@ -77,6 +77,7 @@ class MemoryService:
             store_failed=store_failed,
             memories_enabled=snapshot.memories_enabled if snapshot else True,
             has_window=bool(window),
+            newest_message=window[-1].content if window else "",
         )
         if state is not None:
             return TurnMemory(block, [e.key for e in entries], AgentRun.finished(state))
