@@ -5,6 +5,9 @@ normalization, its config, and the gate deciding the agent's state end to end.""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,3 +265,16 @@ def test_only_the_newest_user_message_opens_the_gate(upstream, chat_sections, ma
     wait_agents_idle(client)
     (request,) = upstream.received(AGENT_MODEL)
     assert request.messages[1]["content"].endswith("Human: Jot this down: no mushrooms.")
+
+
+def test_the_gate_benchmark_runs():
+    """`python -m tests.bench.intent_gate --quick` still works (its numbers are not checked)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.bench.intent_gate", "--quick"],
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "## Intent gate: agent calls on a 12-message conversation" in result.stdout
+    assert "| intent |" in result.stdout
