@@ -5,6 +5,10 @@ that the app tracks; the run is cancelled `grace_seconds` after the main respons
 guard run just before each commit makes sure no write lands after that deadline. When a run
 ends, its usage (model calls, tokens, cost, writes) is recorded off the event loop by a task
 of its own, so that recording can neither slow nor fail the chat.
+
+The model writes through native tool calls (`mode: tools`) or, for models without tool
+calling, through one JSON object (`mode: json`, parsed in kvmem/agent_json.py); both are
+applied by the same code, with the same checks and result texts.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -23,6 +27,13 @@ from typing import Any, Literal
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kvmem.agent_json import (
+    JSON_MODE_INSTRUCTIONS,
+    DeleteOperation,
+    SetOperation,
+    parse_answer,
+    results_message,
+)
 from kvmem.config import Config
 from kvmem.errors import (
     EmptyValue,
@@ -33,6 +44,7 @@ from kvmem.errors import (
     NotFound,
     ValueTooLong,
 )
+from kvmem.intent import IntentGate
 from kvmem.metrics import Metrics
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
 from kvmem.provider import LiteLLMClient, Target, token_prices
@@ -262,6 +274,11 @@ class MemoryAgent:
         """Whether a user who used `tokens_today` today may not have another run."""
         budget = self.daily_token_budget
         return budget is not None and tokens_today >= budget
+        agent = config.memory.agent
+        self.mode = agent.mode if agent else "tools"
+        self._gate = (
+            IntentGate(agent.trigger_phrases) if agent and agent.trigger == "intent" else None
+        )
 
     def verdict(
         self,
@@ -270,14 +287,16 @@ class MemoryAgent:
         store_failed: bool,
         memories_enabled: bool,
         has_window: bool,
+        newest_message: str,
         over_budget: bool = False,
     ) -> AgentState | None:
         """Why the agent does not run for this request, as its state; None when it runs.
 
         The one place that decides: `disabled` (memory or the agent off), `skipped` (a
         temporary request, an opted-out user, no user message to read), `failed` (the store
-        could not be read, so the agent would work blind), `over_budget` (the user's runs of
-        today reached `daily_token_budget`).
+        could not be read, so the agent would work blind), `gated` (`trigger: intent` and
+        `newest_message`, the newest user message, asks nothing of memory), `over_budget`
+        (the user's runs of today reached `daily_token_budget`).
         """
         if self.config.memory.disabled:
             return "disabled"
@@ -289,6 +308,8 @@ class MemoryAgent:
             return "disabled"
         if not memories_enabled or not has_window:
             return "skipped"
+        if self._gate is not None and not self._gate.matches(newest_message):
+            return "gated"
         if over_budget:
             return "over_budget"
         return None
@@ -439,10 +460,22 @@ class MemoryAgent:
             self.store.tokens,
         )
         instructions = (memory.agent and memory.agent.instructions) or DEFAULT_AGENT_INSTRUCTIONS
+        if self.mode == "json":
+            instructions = f"{instructions}\n\n{JSON_MODE_INSTRUCTIONS}"
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": instructions},
             {"role": "user", "content": prompt},
         ]
+        if self.mode == "json":
+            await self._converse_json(run, user_id, messages)
+        else:
+            await self._converse_tools(run, user_id, messages)
+
+    async def _converse_tools(
+        self, run: AgentRun, user_id: str, messages: list[dict[str, Any]]
+    ) -> None:
+        """Native tool calls: apply them; a second call carries the results if one failed."""
+        assert self.target is not None
         for _ in range(MAX_MODEL_CALLS):
             run.model_calls += 1
             response = await self.client.complete(
@@ -453,7 +486,8 @@ class MemoryAgent:
             calls = message.get("tool_calls") or []
             if not calls:
                 return
-            results, failed = await self._apply(run, user_id, calls)
+            functions = [call.get("function") or {} for call in calls]
+            results, failed = await self._apply(run, user_id, functions, self._call_tool)
             if not failed:
                 return
             messages.append(
@@ -464,24 +498,56 @@ class MemoryAgent:
                 for call, result in zip(calls, results, strict=True)
             ]
 
+    async def _converse_json(
+        self, run: AgentRun, user_id: str, messages: list[dict[str, Any]]
+    ) -> None:
+        """One JSON object of operations, no tools; a second call carries the results (as a
+        user message) if one failed. An invalid answer raises `InvalidAnswer`: the run fails
+        and nothing of that answer is applied."""
+        assert self.target is not None
+        for _ in range(MAX_MODEL_CALLS):
+            response = await self.client.complete(self.target, messages, user_id)
+            answer = response["choices"][0]["message"].get("content")
+            operations = parse_answer(answer)
+            if not operations:
+                return
+            results, failed = await self._apply(run, user_id, operations, self._operate)
+            if not failed:
+                return
+            messages.append({"role": "assistant", "content": answer})
+            messages.append({"role": "user", "content": results_message(operations, results)})
+
     async def _apply(
-        self, run: AgentRun, user_id: str, calls: list[dict[str, Any]]
+        self,
+        run: AgentRun,
+        user_id: str,
+        requests: Sequence[Any],
+        perform: Callable[[AgentRun, str, Any], Awaitable[tuple[str, bool]]],
     ) -> tuple[list[str], bool]:
-        """Run each tool call in order; the result strings and whether any failed."""
+        """Run `perform` on each write request (tool call or JSON operation) in order, at most
+        `MAX_TOOL_CALLS`; the result strings and whether any failed."""
         results, failed = [], False
-        if len(calls) > MAX_TOOL_CALLS:
-            log.warning("memory agent asked for %d tool calls; applying the first %d",
-                        len(calls), MAX_TOOL_CALLS)
+        if len(requests) > MAX_TOOL_CALLS:
+            log.warning("memory agent asked for %d writes; applying the first %d",
+                        len(requests), MAX_TOOL_CALLS)
             self.outcomes["tool_calls_capped"] += 1
-        for index, call in enumerate(calls):
+        for index, request in enumerate(requests):
             if index >= MAX_TOOL_CALLS:
                 results.append(f"Error: not applied; at most {MAX_TOOL_CALLS} tool calls per turn.")
                 failed = True
                 continue
-            result, ok = await self._call_tool(run, user_id, call.get("function") or {})
+            result, ok = await perform(run, user_id, request)
             results.append(result)
             failed = failed or not ok
         return results, failed
+
+    async def _operate(
+        self, run: AgentRun, user_id: str, operation: SetOperation | DeleteOperation
+    ) -> tuple[str, bool]:
+        """Apply one validated JSON-mode operation, as the matching tool call would be."""
+        if isinstance(operation, SetOperation):
+            return await self._write(run, user_id, operation.key, operation.value)
+        return await self._write(run, user_id, operation.key, None)
 
     async def _call_tool(
         self, run: AgentRun, user_id: str, function: dict[str, Any]
@@ -494,27 +560,37 @@ class MemoryAgent:
         try:
             if name == "set_memory":
                 args = SetMemoryArguments.model_validate(arguments)
-                return await anyio.to_thread.run_sync(
-                    self._set, run, user_id, args, abandon_on_cancel=True
-                ), True
+                return await self._write(run, user_id, args.key, args.value)
             if name == "delete_memory":
                 delete = DeleteMemoryArguments.model_validate(arguments)
-                return await anyio.to_thread.run_sync(
-                    self._delete, run, user_id, delete.key, abandon_on_cancel=True
-                ), True
+                return await self._write(run, user_id, delete.key, None)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
                 for e in exc.errors(include_url=False)
             )
             return f"Error: invalid arguments for {name}: {problems}.", False
-        except KvmemError as exc:
-            return self._refusal(exc, arguments), False
         return f'Error: tool "{name}" does not exist. Use set_memory or delete_memory.', False
 
-    def _set(self, run: AgentRun, user_id: str, args: SetMemoryArguments) -> str:
+    async def _write(
+        self, run: AgentRun, user_id: str, key: str, value: str | None
+    ) -> tuple[str, bool]:
+        """Set `key` (or delete it when `value` is None) in a worker thread; the result text
+        the model sees and whether the write landed."""
+        try:
+            if value is None:
+                return await anyio.to_thread.run_sync(
+                    self._delete, run, user_id, key, abandon_on_cancel=True
+                ), True
+            return await anyio.to_thread.run_sync(
+                self._set, run, user_id, key, value, abandon_on_cancel=True
+            ), True
+        except KvmemError as exc:
+            return self._refusal(exc, key), False
+
+    def _set(self, run: AgentRun, user_id: str, key: str, value: str) -> str:
         written = self.store.set(
-            user_id, args.key, args.value, "agent",
+            user_id, key, value, "agent",
             conversation_id=run.conversation_id, guard=run.check_deadline,
         )
         run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
@@ -529,9 +605,9 @@ class MemoryAgent:
         self.metrics.memory_write("agent", "delete")
         return f'Memory deleted for key "{key}"'
 
-    def _refusal(self, exc: KvmemError, arguments: dict[str, Any]) -> str:
+    def _refusal(self, exc: KvmemError, key: str) -> str:
         """The result string the model sees for a refused write."""
-        return refusal_message(exc, arguments.get("key"), self.config.memory.valid_keys)
+        return refusal_message(exc, key, self.config.memory.valid_keys)
 
 
 def refusal_message(exc: KvmemError, key: Any, valid_keys: Sequence[str] | None) -> str:

@@ -161,6 +161,18 @@ class AgentConfig(Section):
     grace_seconds: float = Field(3, ge=0)
     # Input + output tokens of a user's agent runs per UTC day; past it, no agent call.
     daily_token_budget: int | None = Field(None, ge=0)
+    trigger: Literal["always", "intent"] = "always"
+    trigger_phrases: list[str] = Field(default_factory=list)
+    mode: Literal["tools", "json"] = "tools"
+
+    @field_validator("trigger_phrases")
+    @classmethod
+    def _no_blank_phrase(cls, phrases: list[str]) -> list[str]:
+        # A blank phrase would be found in every message and silently turn the gate off.
+        for phrase in phrases:
+            if not phrase.strip():
+                raise ValueError("a trigger phrase must not be blank")
+        return phrases
 
 
 class HistoryConfig(Section):

@@ -110,6 +110,7 @@ class MemoryService:
             memories_enabled=snapshot.memories_enabled if snapshot else True,
             has_window=bool(window),
             over_budget=over_budget,
+            newest_message=window[-1].content if window else "",
         )
         if state is not None:
             run = self.agent.not_run(state, user_id, conversation_id)
@@ -137,8 +138,13 @@ class MemoryService:
         window = self.window(messages)
         # Decide what needs no read first, so that a server without an agent answers
         # `disabled` even when the store is down.
+        newest = window[-1].content if window else ""
         state = self.agent.verdict(
-            temporary=False, store_failed=False, memories_enabled=True, has_window=bool(window)
+            temporary=False,
+            store_failed=False,
+            memories_enabled=True,
+            has_window=bool(window),
+            newest_message=newest,
         )
         if state is not None:
             return AgentRun.finished(state)
@@ -149,6 +155,7 @@ class MemoryService:
             memories_enabled=snapshot.memories_enabled,
             has_window=True,
             over_budget=over_budget,
+            newest_message=newest,
         )
         if state is not None:
             return self.agent.not_run(state, user_id, conversation_id)

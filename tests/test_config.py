@@ -298,7 +298,8 @@ def test_a_missing_variable_names_variable_field_and_file(write_config: WriteCon
     [
         ("memory:\n  tokenLimt: 2000\n", "memory.tokenLimt: unknown field; did you mean 'tokenLimit'?"),
         ("memory:\n  validkeys: [a]\n", "memory.validkeys: unknown field; did you mean 'validKeys'?"),
-        ("memory:\n  agent:\n    modle: x\n", "memory.agent.modle: unknown field; did you mean 'model'?"),
+        ("memory:\n  agent:\n    modell: x\n", "memory.agent.modell: unknown field; did you mean 'model'?"),
+        ("memory:\n  agent:\n    mod: json\n", "memory.agent.mod: unknown field; did you mean 'mode'?"),
         ("server:\n  prot: 8700\n", "server.prot: unknown field; did you mean 'port'?"),
         ("auth:\n  service_key: [x]\n", "auth.service_key: unknown field; did you mean 'service_keys'?"),
         ("memory:\n  zzzzzz: 1\n", "memory.zzzzzz: unknown field"),

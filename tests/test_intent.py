@@ -1,0 +1,280 @@
+"""The intent gate: its recall and skip rate on the labelled corpus (printed, and asserted at
+the targets), the cases that tell a request from talk about memory, trigger phrases,
+normalization, its config, and the gate deciding the agent's state end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvmem.config_loader import load_config
+from kvmem.errors import ConfigError
+from kvmem.intent import LANGUAGES, MAX_SCANNED_CHARS, IntentGate, normalize
+from tests.support.apps import AGENT_MODEL, MAIN_MODEL, set_memory, wait_agents_idle
+from tests.support.matchers import entry
+from tests.support.upstream import Reply
+
+CORPUS = Path(__file__).parent / "data" / "intent_corpus.jsonl"
+CORPUS_LANGUAGES = ("en", "zh", "ru", "it", "es", "fr", "de", "pt", "ja")
+INTENTS = ("explicit", "implicit")
+NON_INTENTS = ("memory_question", "chitchat", "mention")
+# The rounds the corpus was written in; each later one was measured before the gate was
+# changed for it (README, "Intent gate", has those first numbers).
+SPLITS = ("dev", "holdout", "unseen", "blind")
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """One corpus message."""
+
+    lang: str
+    category: str
+    intent: bool
+    split: str
+    text: str
+
+
+def load_corpus() -> list[Labelled]:
+    with CORPUS.open(encoding="utf-8") as lines:
+        return [Labelled(**json.loads(line)) for line in lines]
+
+
+def share(messages: Sequence[Labelled], passed: Callable[[Labelled], bool]) -> tuple[int, int]:
+    return sum(passed(m) for m in messages), len(messages)
+
+
+def percent(counts: tuple[int, int]) -> str:
+    hits, total = counts
+    return f"{100 * hits / total:5.1f} % ({hits}/{total})" if total else "-"
+
+
+# --- the corpus --------------------------------------------------------------------------
+
+
+def test_the_corpus_covers_every_language_and_category():
+    corpus = load_corpus()
+    assert len(corpus) >= 300
+    assert {(m.lang, m.category) for m in corpus} == {
+        (lang, category) for lang in CORPUS_LANGUAGES for category in INTENTS + NON_INTENTS
+    }
+    assert {m.split for m in corpus} == set(SPLITS)
+    assert [m for m in corpus if m.intent != (m.category in INTENTS)] == []
+    texts = [m.text for m in corpus]
+    assert len(set(texts)) == len(texts)
+    assert set(CORPUS_LANGUAGES) == set(LANGUAGES)
+
+
+def test_recall_and_skip_rate_on_the_corpus_meet_the_targets():
+    gate = IntentGate()
+    corpus = load_corpus()
+    passes = {m.text: gate.matches(m.text) for m in corpus}
+
+    def measure(messages: Sequence[Labelled]) -> dict[str, tuple[int, int]]:
+        of = lambda *categories: [m for m in messages if m.category in categories]  # noqa: E731
+        return {
+            "explicit recall": share(of("explicit"), lambda m: passes[m.text]),
+            "implicit recall": share(of("implicit"), lambda m: passes[m.text]),
+            "chit-chat skipped": share(of("chitchat"), lambda m: not passes[m.text]),
+            "non-intents skipped": share(of(*NON_INTENTS), lambda m: not passes[m.text]),
+        }
+
+    overall = measure(corpus)
+    rows = [("all", overall)]
+    rows += [(f"split {s}", measure([m for m in corpus if m.split == s])) for s in SPLITS]
+    rows += [(f"lang {lang}", measure([m for m in corpus if m.lang == lang]))
+             for lang in CORPUS_LANGUAGES]
+    header = f"{'':12}" + "".join(f"{name:>26}" for name in overall)
+    print(f"\nintent gate on {len(corpus)} labelled messages\n{header}")
+    for label, numbers in rows:
+        print(f"{label:12}" + "".join(f"{percent(c):>26}" for c in numbers.values()))
+    misses = [(m.lang, m.category, m.text) for m in corpus if passes[m.text] != m.intent]
+    print("misclassified:", *misses, sep="\n  ")
+
+    explicit_hits, explicit_total = overall["explicit recall"]
+    chat_skipped, chat_total = overall["chit-chat skipped"]
+    assert explicit_hits / explicit_total >= 0.98
+    assert chat_skipped / chat_total >= 0.90
+
+
+# --- what is and is not an intent --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Do you remember what I said?",
+        "I can't remember the movie's name.",
+        "There's a memory leak in my code.",
+        "Remember when we went to Rome?",
+        "What do you remember about me?",
+        "I always forget to water my plants.",
+        "How much memory does this laptop have?",
+        "",
+    ],
+)
+def test_talk_about_memory_is_not_an_intent(text):
+    assert IntentGate().reason(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [
+        ("Remember that I'm vegetarian.", "en"),
+        ("From now on call me Sam.", "en"),
+        ("Call me Sam from now on.", "en"),
+        ("Forget my address.", "en"),
+        ("Actually I moved to Berlin.", "en"),
+        ("My new email is sam@example.com", "en"),
+        ("Please note I'm allergic to nuts.", "en"),
+        ("Update my preferences: short answers.", "en"),
+        ("I'm no longer vegan.", "en"),
+        ("I changed jobs, I now work at Acme.", "en"),
+        ("请记住我是素食者。", "zh"),
+        ("Забудь мой адрес.", "ru"),
+        ("D'ora in poi chiamami Sam.", "it"),
+        ("Ya no vivo en Madrid.", "es"),
+        ("Oublie mon adresse.", "fr"),
+        ("Merk dir, dass ich Vegetarier bin.", "de"),
+        ("Meu novo e-mail é ana@example.com.", "pt"),
+        ("私の住所は忘れてください。", "ja"),
+    ],
+)
+def test_requests_and_updates_are_intents_in_their_language(text, language):
+    assert IntentGate().reason(text) == language
+
+
+def test_trigger_phrases_match_as_substrings_ignoring_case_and_accents():
+    text = "Onthoud DÁT ik vegetariër ben."
+    assert IntentGate().reason(text) is None
+    assert IntentGate(["onthoud dat"]).reason(text) == "phrase"
+    assert IntentGate(["Ｏnthoud dát"]).reason(text) == "phrase"  # the phrase is normalized too
+
+
+def test_normalization():
+    assert normalize("  Mémorise\u2019 QUE\t\tÇa ") == "memorise' que ca"
+    assert normalize("ＲＥＭＥＭＢＥＲ") == "remember"  # full-width letters (NFKC)
+    assert normalize("Запомни мой ёж") == "запомни мои еж"  # й and ё lose their marks
+    assert normalize("ベジタリアンです") == "ベジタリアンです"  # Japanese voicing marks stay
+    assert normalize("one\n  two  \nthree") == "one\ntwo\nthree"
+
+
+def test_a_long_message_is_read_at_both_ends():
+    padding = "lorem ipsum " * MAX_SCANNED_CHARS
+    gate = IntentGate()
+    assert gate.reason(f"Remember that I'm vegetarian. {padding}") == "en"
+    assert gate.reason(f"{padding} Remember that I'm vegetarian.") == "en"
+    # A request buried in the middle of a long paste is not looked for: the gate stays cheap.
+    assert gate.reason(f"{padding} Remember that I'm vegetarian. {padding}") is None
+
+
+# --- config ------------------------------------------------------------------------------
+
+
+def test_the_gate_is_off_by_default(write_config):
+    agent = load_config(write_config("memory: {agent: {}}\n"), environ={}).config.memory.agent
+    assert (agent.trigger, agent.trigger_phrases) == ("always", [])
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            "memory: {agent: {trigger: sometimes}}\n",
+            "memory.agent.trigger: Input should be 'always' or 'intent' (got 'sometimes')",
+        ),
+        (
+            "memory: {agent: {trigger_phrases: ['ok', '  ']}}\n",
+            "memory.agent.trigger_phrases: Value error, a trigger phrase must not be blank",
+        ),
+        (
+            "memory: {agent: {trigger_phrases: 'remember'}}\n",
+            "memory.agent.trigger_phrases: Input should be a valid list (got 'remember')",
+        ),
+    ],
+)
+def test_bad_gate_settings_are_config_errors(write_config, text, problem):
+    path = write_config(text)
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, environ={})
+    assert str(raised.value) == f"{path}: invalid config:\n  {problem}"
+
+
+# --- end to end --------------------------------------------------------------------------
+
+
+def chat(client, message: str, **body: Any) -> dict[str, Any]:
+    response = client.post("/chat", json={"message": message, **body})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_with_trigger_intent_chit_chat_makes_no_agent_call(
+    upstream, chat_sections, make_client, tokens
+):
+    client = make_client(**chat_sections(agent={"trigger": "intent"}))
+    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("diet", "vegetarian")]))
+
+    first = chat(client, "What's the weather like in Lisbon in May?")
+    assert first["memory"] == {"injected": [], "agent": "gated", "updates": []}
+    second = chat(client, "Remember that I'm vegetarian.",
+                  conversation_id=first["conversation_id"])
+    assert second["memory"]["agent"] in ("running", "done")
+    wait_agents_idle(client)
+
+    (request,) = upstream.received(AGENT_MODEL)  # one call: the chit-chat made none
+    assert request.messages[1]["content"].endswith(
+        "# Current Chat:\n"
+        "Human: What's the weather like in Lisbon in May?\n"
+        "AI: ok\n"
+        "Human: Remember that I'm vegetarian."
+    )
+    assert client.get("/memory").json()["memories"] == [
+        entry("diet", "vegetarian", tokens.count("vegetarian"), source="agent")
+    ]
+
+
+def test_with_trigger_always_chit_chat_calls_the_agent(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections())
+    body = chat(client, "What's the weather like in Lisbon in May?")
+    assert body["memory"]["agent"] in ("running", "done")
+    wait_agents_idle(client)
+    assert len(upstream.received(AGENT_MODEL)) == 1
+
+
+def test_only_the_newest_user_message_opens_the_gate(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(agent={"trigger": "intent", "trigger_phrases": ["jot"]}))
+
+    def complete(*messages: tuple[str, str]) -> None:
+        body = {"model": f"openai/{MAIN_MODEL}",
+                "messages": [{"role": role, "content": text} for role, text in messages]}
+        response = client.post("/v1/chat/completions", json=body)
+        assert response.status_code == 200, response.text
+
+    complete(("user", "Remember that I'm vegetarian."), ("assistant", "Noted."),
+             ("user", "What's a good pasta recipe?"))
+    complete(("user", "What's a good pasta recipe?"), ("assistant", "Try this."),
+             ("user", "Jot this down: no mushrooms."))
+    wait_agents_idle(client)
+    (request,) = upstream.received(AGENT_MODEL)
+    assert request.messages[1]["content"].endswith("Human: Jot this down: no mushrooms.")
+
+
+def test_the_gate_benchmark_runs():
+    """`python -m tests.bench.intent_gate --quick` still works (its numbers are not checked)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.bench.intent_gate", "--quick"],
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "## Intent gate: agent calls on a 12-message conversation" in result.stdout
+    assert "| intent |" in result.stdout
