@@ -20,7 +20,7 @@ from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import KvmemError, MethodNotAllowed, NotFound, openai_error_body
 from kvmem.provider import LiteLLMClient, agent_target, chat_target
-from kvmem.routes import chat, health, memory, openai
+from kvmem.routes import chat, health, memory, ollama, openai
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
 from kvmem.store import MemoryStore
@@ -84,7 +84,7 @@ def create_app(
                 services.database.dispose()
 
     return Starlette(
-        routes=[*health.routes, *memory.routes, *chat.routes, *openai.routes],
+        routes=[*health.routes, *memory.routes, *chat.routes, *openai.routes, *ollama.routes],
         lifespan=lifespan,
         exception_handlers={
             KvmemError: render_error,
@@ -97,9 +97,15 @@ def create_app(
 def error_response(
     request: Request, error: KvmemError, headers: Mapping[str, str] | None = None
 ) -> Response:
-    """The one place that chooses an error body's shape: OpenAI's fields under `/v1/`."""
-    openai = request.url.path.startswith("/v1/")
-    body = openai_error_body(error) if openai else error.body()
+    """The one place that chooses an error body's shape: OpenAI's fields under `/v1/`,
+    Ollama's `{"error": "message"}` under `/api/`."""
+    path = request.url.path
+    if path.startswith("/api/"):
+        body: dict[str, Any] = {"error": error.message}
+    elif path.startswith("/v1/"):
+        body = openai_error_body(error)
+    else:
+        body = error.body()
     return JSONResponse(body, status_code=error.status, headers=headers)
 
 
