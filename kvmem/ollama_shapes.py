@@ -16,9 +16,9 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from kvmem.errors import BadRequest, UpstreamError
 
@@ -72,21 +72,24 @@ class ToolCall(OllamaBody):
     function: FunctionCall
 
 
+def _images(images: list[str] | None) -> list[str] | None:
+    for index, image in enumerate(images or ()):
+        image_type(image, f"images[{index}]")
+    return images
+
+
+# Base64 images, checked to be ones an OpenAI-compatible model takes.
+Images = Annotated[list[str] | None, AfterValidator(_images)]
+
+
 class Message(OllamaBody):
     """One message of `/api/chat`'s `messages`."""
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str | None = None
-    images: list[str] | None = None
+    images: Images = None
     tool_calls: list[ToolCall] | None = None
     tool_name: str | None = None
-
-    @field_validator("images")
-    @classmethod
-    def _base64(cls, images: list[str] | None) -> list[str] | None:
-        for index, image in enumerate(images or ()):
-            image_type(image, f"images[{index}]")
-        return images
 
 
 Format = Literal["", "json"] | dict[str, Any] | None
@@ -139,14 +142,7 @@ class GenerateBody(Generation):
 
     prompt: str = ""
     system: str | None = None
-    images: list[str] | None = None
-
-    @field_validator("images")
-    @classmethod
-    def _base64(cls, images: list[str] | None) -> list[str] | None:
-        for index, image in enumerate(images or ()):
-            image_type(image, f"images[{index}]")
-        return images
+    images: Images = None
 
 
 class ShowBody(OllamaBody):
