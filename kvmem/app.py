@@ -25,7 +25,7 @@ from kvmem.metrics import Metrics, MetricsMiddleware
 from kvmem.provider import LiteLLMClient, agent_target, chat_target
 from kvmem.mcp_server import McpEndpoint, McpHttp
 from kvmem.redaction import SecretScrubber
-from kvmem.routes import chat, health, hooks, memory, openai, ops, sessions, ui
+from kvmem.routes import chat, health, hooks, memory, ollama, openai, ops, sessions, ui
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
 from kvmem.sessions import SessionStore
@@ -124,6 +124,7 @@ def create_app(
             *hooks.routes,
             *chat.routes,
             *openai.routes,
+            *ollama.routes,
             *ops.routes,
             *sessions.routes,
             *ui.routes,
@@ -147,10 +148,16 @@ def create_app(
 def error_response(
     request: Request, error: KvmemError, headers: Mapping[str, str] | None = None
 ) -> Response:
-    """The one place that chooses an error body's shape: OpenAI's fields under `/v1/`."""
+    """The one place that chooses an error body's shape: OpenAI's fields under `/v1/`,
+    Ollama's `{"error": "message"}` under `/api/`."""
     request.app.state.metrics.error(error.code)
-    openai = request.url.path.startswith("/v1/")
-    body = openai_error_body(error) if openai else error.body()
+    path = request.url.path
+    if path.startswith("/api/"):
+        body: dict[str, Any] = {"error": error.message}
+    elif path.startswith("/v1/"):
+        body = openai_error_body(error)
+    else:
+        body = error.body()
     return JSONResponse(body, status_code=error.status, headers=headers)
 
 

@@ -27,8 +27,12 @@ BODY_ROUTES = [
     ("PATCH", "/preferences", {"memories": False}),
     ("POST", "/chat", {"message": "hi"}),
     ("POST", "/v1/chat/completions", COMPLETION),
+    ("POST", "/api/chat", {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]}),
+    ("POST", "/api/generate", {"model": f"openai/{MAIN_MODEL}", "prompt": "hi"}),
+    ("POST", "/api/show", {"model": f"openai/{MAIN_MODEL}"}),
 ]
-ROUTE_IDS = ["put", "preferences", "chat", "completions"]
+ROUTE_IDS = ["put", "preferences", "chat", "completions", "ollama-chat", "ollama-generate",
+             "ollama-show"]
 
 
 class AnyString:
@@ -45,7 +49,10 @@ ANY_MESSAGE: Any = AnyString()
 
 
 def error(path: str, code: str, message: Any, **details: Any) -> dict[str, Any]:
-    """The error body for `path` (OpenAI's `type` and `param` under /v1)."""
+    """The error body for `path` (OpenAI's `type` and `param` under /v1; Ollama's
+    `{"error": message}` under /api)."""
+    if path.startswith("/api/"):
+        return {"error": message}
     body = {"code": code, "message": message, **details}
     if path.startswith("/v1/"):
         body.setdefault("type", "invalid_request_error")
@@ -160,9 +167,12 @@ def test_invalid_utf8_is_400(
         ("POST", "/chat", b'{"message": "hi", "conversation_id": "\\udc00"}'),
         ("POST", "/v1/chat/completions",
          b'{"model": "openai/main-model", "messages": [{"role": "user", "content": "\\ud800"}]}'),
+        ("POST", "/api/chat",
+         b'{"model": "openai/main-model", "messages": [{"role": "user", "content": "\\ud800"}]}'),
+        ("POST", "/api/generate", b'{"model": "openai/main-model", "prompt": "hi \\udc00"}'),
     ],
     ids=["value", "value-low-half", "preferences-field", "chat-message", "chat-conversation-id",
-         "completions-message"],
+         "completions-message", "ollama-chat-message", "ollama-generate-prompt"],
 )
 def test_a_lone_surrogate_escape_is_400(
     make_client: MakeClient, chat_sections: Any, upstream: Any, method: str, path: str,
@@ -230,6 +240,44 @@ def test_completion_bodies_of_the_wrong_types_are_400(
     response = client.post("/v1/chat/completions", json=body)
     assert (response.status_code, response.json()) == (400, {"error": {
         "code": "bad_request", "message": message, "type": "invalid_request_error", "param": param}})
+    nothing_changed(client, upstream)
+
+
+OLLAMA_MODEL = f"openai/{MAIN_MODEL}"
+OLLAMA_WRONG_TYPES = [
+    ("/api/chat", ["x"], "body: Input should be a valid dictionary or instance of ChatBody"),
+    ("/api/chat", {"messages": []}, "model: Field required"),
+    ("/api/chat", {"model": 5}, "model: Input should be a valid string"),
+    ("/api/chat", {"model": ""}, "model: String should have at least 1 character"),
+    ("/api/chat", {"model": OLLAMA_MODEL, "messages": "hi"}, "messages: Input should be a valid list"),
+    ("/api/chat", {"model": OLLAMA_MODEL, "messages": [{"content": "x"}]},
+     "messages.0.role: Field required"),
+    ("/api/chat", {"model": OLLAMA_MODEL, "messages": [{"role": "user", "content": 3}]},
+     "messages.0.content: Input should be a valid string"),
+    ("/api/chat", {"model": OLLAMA_MODEL, "messages": [{"role": "user", "images": "abc"}]},
+     "messages.0.images: Input should be a valid list"),
+    ("/api/chat", {"model": OLLAMA_MODEL, "stream": 1}, "stream: Input should be a valid boolean"),
+    ("/api/chat", {"model": OLLAMA_MODEL, "tools": {}}, "tools: Input should be a valid list"),
+    ("/api/chat", {"model": OLLAMA_MODEL, "options": {"temperature": "hot"}},
+     "options.temperature: Input should be a valid number"),
+    ("/api/chat", {"model": OLLAMA_MODEL, "options": {"num_predict": 1.5}},
+     "options.num_predict: Input should be a valid integer"),
+    ("/api/generate", {"model": OLLAMA_MODEL, "prompt": ["hi"]}, "prompt: Input should be a valid string"),
+    ("/api/generate", {"model": OLLAMA_MODEL, "prompt": "hi", "system": 1},
+     "system: Input should be a valid string"),
+    ("/api/generate", {"model": OLLAMA_MODEL, "prompt": "hi", "format": 1},
+     'format: Value error, format must be "json" or a JSON schema object'),
+    ("/api/show", {"model": 1}, "model: Input should be a valid string"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "problem"), OLLAMA_WRONG_TYPES)
+def test_ollama_bodies_of_the_wrong_types_are_400(
+    client: TestClient, upstream: Any, path: str, body: Any, problem: str
+) -> None:
+    response = client.post(path, json=body)
+    assert (response.status_code, response.json()) == (
+        400, {"error": f"invalid request body: {problem}"})
     nothing_changed(client, upstream)
 
 

@@ -296,6 +296,94 @@ def test_outsiders_learn_nothing_on_any_route(world: World, method: str, path: s
     assert world.view_of_alice() == world.alice_view
 
 
+OLLAMA_CHAT = {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]}
+OLLAMA_GENERATE = {"model": f"openai/{MAIN_MODEL}", "prompt": "hi"}
+OLLAMA_ROUTES = [
+    ("POST", "/api/chat", OLLAMA_CHAT),
+    ("POST", "/api/chat", {**OLLAMA_CHAT, "stream": False}),
+    ("POST", "/api/generate", OLLAMA_GENERATE),
+    ("GET", "/api/tags", None),
+    ("POST", "/api/show", {"model": f"openai/{MAIN_MODEL}"}),
+    ("GET", "/api/version", None),
+    ("GET", "/api/ps", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), OLLAMA_ROUTES)
+def test_outsiders_learn_nothing_on_the_ollama_routes(
+    world: World, method: str, path: str, body: Any
+) -> None:
+    """As on every other route, in Ollama's error shape: refused before any model call, the
+    same refusal whoever it aims at."""
+    client = world.client
+    revoked_info, revoked = world.keys.create("alice")
+    world.keys.revoke(revoked_info.id)
+    calls = len(world.upstream.requests)
+
+    naming_alice = client.request(method, path, json=body,
+                                  headers=bearer(world.bob_key, **{"X-User-Id": "alice"}))
+    naming_nobody = client.request(method, path, json=body,
+                                   headers=bearer(world.bob_key, **{"X-User-Id": "zelda"}))
+    assert raw(naming_alice) == raw(naming_nobody)
+    assert (naming_alice.status_code, naming_alice.json()) == (403, {"error": (
+        "a user key acts only for its own user; drop X-User-Id or use a service key")})
+
+    with_revoked = client.request(method, path, json=body, headers=bearer(revoked))
+    with_unknown = client.request(method, path, json=body,
+                                  headers=bearer("kvm_" + "A" * (len(revoked) - 4)))
+    without_key = client.request(method, path, json=body)
+    assert raw(with_revoked) == raw(with_unknown)
+    assert (with_revoked.status_code, with_revoked.json()) == (
+        401, {"error": "the API key is not valid (unknown or revoked)"})
+    assert (without_key.status_code, without_key.json()) == (
+        401, {"error": "missing credentials: send Authorization: Bearer <key>"})
+
+    assert len(world.upstream.requests) == calls
+    assert world.view_of_alice() == world.alice_view
+
+
+def test_ollama_chats_never_see_the_other_users_memory(world: World) -> None:
+    """Every way bob chats through the Ollama routes: the main model and the agent get bob's
+    memory only, the agent writes bob's memory only, and the upstream is told bob's id."""
+    client, upstream = world.client, world.upstream
+    bob = bearer(world.bob_key)
+    client.patch("/preferences", json={"memories": True}, headers=world.alice)
+    assert client.put("/memory/fact", json={"value": BOB_FACT}, headers=bob).status_code == 201
+    upstream.default(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("diary", "bob's diary")]))
+    before = len(upstream.requests)
+
+    sent = [
+        client.post("/api/chat", json=OLLAMA_CHAT, headers=bob),
+        client.post("/api/chat", json={**OLLAMA_CHAT, "stream": False}, headers=service("bob")),
+        client.post("/api/generate", json=OLLAMA_GENERATE,
+                    headers=bearer(world.bob_key, **{"X-OpenWebUI-User-Id": "alice"})),
+        client.post("/api/generate", json={**OLLAMA_GENERATE, "stream": False},
+                    headers=bearer(SERVICE_KEY, **{"X-OpenWebUI-User-Id": "bob"})),
+    ]
+    assert [r.status_code for r in sent] == [200] * len(sent)
+    assert json.loads(sent[0].text.splitlines()[-1])["done"] is True
+    wait_agents_idle(client)
+
+    requests = upstream.requests[before:]
+    mains = [r for r in requests if r.model == MAIN_MODEL]
+    agents = [r for r in requests if r.model == AGENT_MODEL]
+    assert (len(mains), len(agents)) == (4, 4)
+    for request in requests:
+        assert request.headers["x-kvmem-user"] == "bob"
+        for marker in ALICE_MARKERS:
+            assert marker not in upstream_text(request), (request.model, marker)
+    for request in mains:
+        assert BOB_FACT in request.system
+    for request in agents:
+        assert BOB_FACT in request.messages[1]["content"]
+    for response in sent:
+        for marker in ALICE_MARKERS:
+            assert marker not in response.text
+    assert client.get("/memory/diary", headers=bob).json()["value"] == "bob's diary"
+    assert client.get("/memory/diary", headers=world.alice).json() == json.loads(
+        world.alice_view["/memory/diary"][2])
+
+
 def upstream_text(request: Any) -> str:
     return json.dumps(request.body, ensure_ascii=False)
 
@@ -517,7 +605,8 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
     conversation_ids = [*cast.conversations.values(), str(uuid.uuid4())]
     route = draw(st.sampled_from(["memory", "key", "key", "key", "preferences", "chat", "chat",
                                   "conversations", "conversation", "conversation", "completions",
-                                  "models", "healthz"]))
+                                  "models", "healthz", "ollama_chat", "ollama_generate",
+                                  "ollama_tags", "ollama_show"]))
     path = {
         "memory": "/memory",
         "preferences": "/preferences",
@@ -526,12 +615,17 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
         "completions": "/v1/chat/completions",
         "models": "/v1/models",
         "healthz": "/healthz",
+        "ollama_chat": "/api/chat",
+        "ollama_generate": "/api/generate",
+        "ollama_tags": "/api/tags",
+        "ollama_show": "/api/show",
     }.get(route)
     if route == "key":
         path = "/memory/" + draw(path_segments(KNOWN_KEYS))
     elif route == "conversation":
         path = "/conversations/" + draw(path_segments(conversation_ids))
-    usual = {"key": "PUT", "preferences": "PATCH", "chat": "POST", "completions": "POST"}.get(route, "GET")
+    usual = {"key": "PUT", "preferences": "PATCH", "chat": "POST", "completions": "POST",
+             "ollama_chat": "POST", "ollama_generate": "POST", "ollama_show": "POST"}.get(route, "GET")
     method = draw(st.sampled_from([usual, usual, usual, "GET", "PUT", "DELETE", "PATCH", "POST",
                                    "HEAD", "OPTIONS"]))
     shaped = {
@@ -557,6 +651,22 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
             },
             optional={"stream": st.booleans(), "user": st.sampled_from([*FUZZ_USERS, VICTIM])},
         ),
+        "ollama_chat": st.fixed_dictionaries(
+            {
+                "model": st.sampled_from([f"openai/{MAIN_MODEL}", "llama3:latest"]) | json_values(),
+                "messages": st.lists(
+                    st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant"]),
+                                           "content": any_text()}),
+                    max_size=3,
+                ) | json_values(),
+            },
+            optional={"stream": st.booleans(), "options": json_values(), "format": json_values()},
+        ),
+        "ollama_generate": st.fixed_dictionaries(
+            {"model": st.sampled_from([f"openai/{MAIN_MODEL}", "nope"]), "prompt": any_text()},
+            optional={"stream": st.booleans(), "system": any_text() | json_values()},
+        ),
+        "ollama_show": st.fixed_dictionaries({"model": any_text() | json_values()}),
     }.get(route, json_values())
     kind = draw(st.sampled_from(["none", "shaped", "shaped", "shaped", "any", "bytes"]))
     body: bytes | None
@@ -586,6 +696,9 @@ def error_shape_problem(path: str, status: int, content: bytes) -> str | None:
     except ValueError:
         return "not JSON"
     error = body.get("error") if isinstance(body, dict) else None
+    if path.startswith("/api/"):  # Ollama's shape: {"error": "message"}
+        return None if isinstance(body, dict) and list(body) == ["error"] and isinstance(
+            error, str) else "not {'error': str}"
     if list(body) != ["error"] or not isinstance(error, dict):
         return "not {'error': {...}}"
     if not (isinstance(error.get("code"), str) and isinstance(error.get("message"), str)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr
@@ -16,6 +16,7 @@ from starlette.routing import Route
 from kvmem.bodies import RequestBody, read_model
 from kvmem.conversations import new_conversation_id
 from kvmem.errors import BadRequest, KvmemError, StoreUnavailable
+from kvmem.main_call import MainCall
 from kvmem.prompts import ChatLine, with_memory
 from kvmem.routes import route
 from kvmem.routes.streaming import ClosingStreamingResponse
@@ -72,11 +73,6 @@ class Turn:
             {"role": "user", "content": self.body.message},
         ]
 
-    def main_ended(self) -> None:
-        """The upstream answered (or failed): the agent's grace period starts."""
-        assert self.memory is not None
-        self.services.memory.main_ended(self.memory)
-
     async def store(self, reply: str) -> None:
         """Keep the finished turn (user message and reply together).
 
@@ -119,33 +115,20 @@ async def chat(request: Request) -> Response:
         raise BadRequest("message contains a NUL character, which cannot be stored")
     turn = Turn(services, user_id, body)
     await turn.prepare()
-    target = services.chat_target
+    assert turn.memory is not None
+    call = MainCall(services.memory, services.client, turn.memory, services.chat_target,
+                    turn.messages, user_id)
     if not body.stream:
-        try:
-            response = await services.client.complete(target, turn.messages, user_id)
-        finally:
-            turn.main_ended()
+        response = await call.complete()
         text = response["choices"][0]["message"].get("content") or ""
         await turn.store(text)
         return JSONResponse(turn.reply(text))
 
-    chunks = services.client.stream(target, turn.messages, user_id)
-    try:
-        first = await _next_text(chunks)
-    except BaseException:
-        turn.main_ended()
-        await chunks.aclose()
-        raise
-    return ClosingStreamingResponse(_events(turn, chunks, first))
-
-
-async def _next_text(chunks: AsyncIterator[dict[str, Any]]) -> str | None:
-    """The first non-empty content delta, or None if the stream ends without one."""
-    async for chunk in chunks:
-        text = _delta_text(chunk)
-        if text:
-            return text
-    return None
+    # The first delta is awaited before answering, so a failure before it is a plain error.
+    stream = await call.stream(
+        lambda chunks: _events(turn, chunks), _error_event, until=lambda c: bool(_delta_text(c))
+    )
+    return ClosingStreamingResponse(stream)
 
 
 def _delta_text(chunk: dict[str, Any]) -> str:
@@ -158,35 +141,29 @@ def sse(event: str, data: Any) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-async def _events(
-    turn: Turn, chunks: AsyncIterator[dict[str, Any]], first: str | None
-) -> AsyncIterator[str]:
+async def _events(turn: Turn, chunks: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[str, None]:
+    """Deltas and agent writes as they come; once stored, the writes still to land, then done."""
     parts: list[str] = []
     assert turn.memory is not None
     run = turn.memory.run
-    try:
-        if first is not None:
-            parts.append(first)
-            yield sse("delta", {"content": first})
-            async for chunk in chunks:
-                text = _delta_text(chunk)
-                if text:
-                    parts.append(text)
-                    yield sse("delta", {"content": text})
-                # Agent writes go out as they land, between deltas, not after the last one.
-                for update in run.landed():
-                    yield sse("memory", update.as_json())
-    except KvmemError as exc:
-        yield sse("error", exc.body())
-        return
-    finally:
-        turn.main_ended()
-        await chunks.aclose()
+    async for chunk in chunks:
+        text = _delta_text(chunk)
+        if text:
+            parts.append(text)
+            yield sse("delta", {"content": text})
+        # Agent writes go out as they land, between deltas, not after the last one.
+        for update in run.landed():
+            yield sse("memory", update.as_json())
     await turn.store("".join(parts))
     if run.task is not None:
         async for update in run.events():
             yield sse("memory", update.as_json())
     yield sse("done", turn.reply("".join(parts)))
+
+
+def _error_event(exc: KvmemError) -> str:
+    """A failure after the first delta: the stream's last event (the turn is not stored)."""
+    return sse("error", exc.body())
 
 
 async def list_conversations(request: Request) -> Response:

@@ -9,7 +9,7 @@ final `data: {"error": ...}` event, so no client mistakes a cut stream for a who
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from kvmem.bodies import parse_json, read_body
 from kvmem.errors import BadRequest, KvmemError, ModelNotFound, openai_error_body
-from kvmem.prompts import ChatLine, with_memory
+from kvmem.main_call import MainCall, chat_lines, inject
 from kvmem.provider import chat_target
 from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import services_of, user_of
@@ -43,28 +43,16 @@ async def chat_completions(request: Request) -> Response:
     # The client's conversation, so that the history says which one an agent write came from.
     conversation_id = check_conversation_id(request.headers.get("x-conversation-id"))
     memory = await services.memory.begin(
-        user_id, conversation_id,
-        [ChatLine(m["role"], _text(m.get("content"))) for m in messages],
-        temporary=temporary,
+        user_id, conversation_id, chat_lines(messages), temporary=temporary
     )
     upstream_messages = inject(messages, memory.block)
     target = chat_target(services.config.chat, model)
     params = {k: v for k, v in body.items() if k not in OWN_FIELDS}
+    call = MainCall(services.memory, services.client, memory, target, upstream_messages, user_id,
+                    params)
     if not stream:
-        try:
-            response = await services.client.complete(target, upstream_messages, user_id, **params)
-        finally:
-            services.memory.main_ended(memory)
-        return JSONResponse(response, headers=memory_headers(memory))
-
-    chunks = services.client.stream(target, upstream_messages, user_id, **params)
-    try:
-        first = await anext(chunks, None)
-    except BaseException:
-        services.memory.main_ended(memory)
-        await chunks.aclose()
-        raise
-    streamed = ClosingStreamingResponse(_forward(first, chunks, memory, services.memory.main_ended))
+        return JSONResponse(await call.complete(), headers=memory_headers(memory))
+    streamed = ClosingStreamingResponse(await call.stream(_events, _error_event))
     streamed.headers.update(memory_headers(memory))
     return streamed
 
@@ -75,25 +63,16 @@ def memory_headers(memory: TurnMemory) -> dict[str, str]:
     return {"X-Memory-Injected": str(len(memory.injected)), "X-Memory-Agent": memory.run.state}
 
 
-async def _forward(
-    first: dict[str, Any] | None,
-    chunks: AsyncIterator[dict[str, Any]],
-    memory: TurnMemory,
-    main_ended: Any,
-) -> AsyncIterator[str]:
-    """Forward each upstream chunk as it arrives; an error becomes the final event."""
-    try:
-        if first is not None:
-            yield _data(first)
-            async for chunk in chunks:
-                yield _data(chunk)
-    except KvmemError as exc:
-        yield _data(openai_error_body(exc))
-        return
-    finally:
-        main_ended(memory)
-        await chunks.aclose()
+async def _events(chunks: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[str, None]:
+    """Each upstream chunk as it arrives, then OpenAI's end marker."""
+    async for chunk in chunks:
+        yield _data(chunk)
     yield "data: [DONE]\n\n"
+
+
+def _error_event(exc: KvmemError) -> str:
+    """A failure after the stream started: the final event, in OpenAI's error shape."""
+    return _data(openai_error_body(exc))
 
 
 def _data(value: Any) -> str:
@@ -116,34 +95,6 @@ def _check_request(body: Any) -> tuple[str, list[dict[str, Any]], bool]:
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
     return model, messages, stream
-
-
-def _text(content: Any) -> str:
-    """The text of a message's content: a string, or the text parts of a list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            part["text"]
-            for part in content
-            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
-        )
-    return ""
-
-
-def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:
-    """The messages with the memory block appended to the first system message (or a new one)."""
-    if not block:
-        return messages
-    for index, message in enumerate(messages):
-        if message["role"] in ("system", "developer"):
-            content = message.get("content")
-            if isinstance(content, list):
-                updated = {**message, "content": [*content, {"type": "text", "text": block}]}
-            else:
-                updated = {**message, "content": with_memory(_text(content), block)}
-            return [*messages[:index], updated, *messages[index + 1 :]]
-    return [{"role": "system", "content": block}, *messages]
 
 
 async def list_models(request: Request) -> Response:

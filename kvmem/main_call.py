@@ -1,0 +1,190 @@
+"""The main model call of a chat request, with memory around it: one lifecycle for every route.
+
+`/v1/chat/completions`, the Ollama routes and `/chat` all do the same thing around the model:
+memory has started (block read, agent running) before the call; the call answers whole or
+streamed; when it ends, however it ends (answer, upstream error, timeout, client gone), the
+agent's grace period starts and the upstream stream is closed, exactly once. `MainCall`
+owns that; a route only turns its request into messages and the model's chunks into its
+own reply shape (`Render`), and says how an error looks once a stream has started.
+
+It knows nothing of HTTP: a `MainStream` is the body iterator a streamed response sends, and
+closing it (started or not) ends the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+from kvmem.errors import KvmemError
+from kvmem.prompts import ChatLine, with_memory
+from kvmem.provider import LiteLLMClient, Target
+from kvmem.turn_memory import MemoryService, TurnMemory
+
+Chunk = dict[str, Any]
+# Turns the model's chunks into a reply's pieces (SSE events, NDJSON lines); an error from the
+# upstream comes out of the chunks and passes through it.
+Render = Callable[[AsyncIterator[Chunk]], AsyncGenerator[str, None]]
+
+
+class MainCall:
+    """One call of the main model for a request whose memory has begun."""
+
+    def __init__(
+        self,
+        memory_service: MemoryService,
+        client: LiteLLMClient,
+        memory: TurnMemory,
+        target: Target,
+        messages: list[dict[str, Any]],
+        user_id: str,
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        self.memory = memory
+        self.messages = messages
+        self._memory_service = memory_service
+        self._client = client
+        self._target = target
+        self._user_id = user_id
+        self._params = params or {}
+        self._chunks: AsyncIterator[Chunk] | None = None
+        self._ended = False
+
+    async def complete(self) -> dict[str, Any]:
+        """The whole answer (an OpenAI `chat.completion` dict); the call has ended on return."""
+        try:
+            return await self._client.complete(
+                self._target, self.messages, self._user_id, **self._params
+            )
+        finally:
+            self.end()
+
+    async def stream(
+        self,
+        render: Render,
+        on_error: Callable[[KvmemError], str],
+        *,
+        until: Callable[[Chunk], bool] = lambda chunk: True,
+    ) -> MainStream:
+        """Start the streamed call and wait for its first chunk for which `until` holds.
+
+        A failure before then raises (the route answers with a plain error response); after
+        it, `on_error` renders the failure as the stream's last piece.
+        """
+        chunks = self._client.stream(self._target, self.messages, self._user_id, **self._params)
+        self._chunks = chunks
+        held: list[Chunk] = []
+        try:
+            async for chunk in chunks:
+                held.append(chunk)
+                if until(chunk):
+                    break
+        except BaseException:
+            await self.close()
+            raise
+        return MainStream(self, held, render, on_error)
+
+    def end(self) -> None:
+        """The main response is complete (or failed): start the agent's grace period, once."""
+        if not self._ended:
+            self._ended = True
+            self._memory_service.main_ended(self.memory)
+
+    async def close(self) -> None:
+        """End the call and close the upstream stream (idempotent)."""
+        self.end()
+        if self._chunks is not None:
+            await self._chunks.aclose()  # type: ignore[attr-defined]
+
+
+class MainStream:
+    """A streamed reply: `render` over the model's chunks, an error as the last piece.
+
+    An async iterator rather than a generator, so that `aclose` ends the call even when the
+    client left before the first piece was asked for (a generator never started has no
+    `finally` to run).
+    """
+
+    def __init__(
+        self,
+        call: MainCall,
+        held: list[Chunk],
+        render: Render,
+        on_error: Callable[[KvmemError], str],
+    ) -> None:
+        self._call = call
+        self._held = held
+        self._render = render
+        self._on_error = on_error
+        self._upstream = self._chunks()
+        self._pieces = self._run()
+
+    def __aiter__(self) -> MainStream:
+        return self
+
+    async def __anext__(self) -> str:
+        return await self._pieces.__anext__()
+
+    async def aclose(self) -> None:
+        """Stop: the rendering, the upstream and the call (the agent's grace period starts)."""
+        try:
+            await self._pieces.aclose()
+        finally:
+            await self._upstream.aclose()
+            await self._call.close()
+
+    async def _chunks(self) -> AsyncGenerator[Chunk, None]:
+        """The chunks held while waiting for the first, then the rest as they arrive; the
+        call ends the moment they do (before the route's own work after the last chunk)."""
+        try:
+            for chunk in self._held:
+                yield chunk
+            self._held = []
+            assert self._call._chunks is not None
+            async for chunk in self._call._chunks:
+                yield chunk
+        finally:
+            await self._call.close()
+
+    async def _run(self) -> AsyncGenerator[str, None]:
+        rendered = self._render(self._upstream)
+        try:
+            async for piece in rendered:
+                yield piece
+        except KvmemError as exc:
+            yield self._on_error(exc)
+        finally:
+            await rendered.aclose()
+
+
+def message_text(content: Any) -> str:
+    """The text of an OpenAI message's content: a string, or the text parts of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def chat_lines(messages: list[dict[str, Any]]) -> list[ChatLine]:
+    """OpenAI messages as the memory agent reads them (text only)."""
+    return [ChatLine(m["role"], message_text(m.get("content"))) for m in messages]
+
+
+def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:
+    """The messages with the memory block appended to the first system message (or a new one)."""
+    if not block:
+        return messages
+    for index, message in enumerate(messages):
+        if message["role"] in ("system", "developer"):
+            content = message.get("content")
+            if isinstance(content, list):
+                updated = {**message, "content": [*content, {"type": "text", "text": block}]}
+            else:
+                updated = {**message, "content": with_memory(message_text(content), block)}
+            return [*messages[:index], updated, *messages[index + 1 :]]
+    return [{"role": "system", "content": block}, *messages]

@@ -1,0 +1,443 @@
+"""Ollama's API shapes and their OpenAI counterparts: the translation both ways.
+
+Requests (`/api/chat`, `/api/generate`, `/api/show`) are validated here and turned into
+OpenAI messages and parameters; the model's OpenAI answers (whole, or chunks as they stream)
+are turned into Ollama's replies, one NDJSON line at a time. It knows nothing of HTTP, memory
+or the upstream: the routes in `kvmem.routes.ollama` put it in front of the main call.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from kvmem.errors import BadRequest, UpstreamError
+
+# The Ollama API version whose shapes kvmem serves (clients gate features on it: tools,
+# structured outputs and `think` are all older than this).
+OLLAMA_API_VERSION = "0.9.0"
+# The providers whose model ids Ollama clients know without the litellm prefix.
+OLLAMA_PROVIDERS = ("ollama", "ollama_chat")
+CAPABILITIES = ["completion", "tools"]
+
+
+class OllamaBody(BaseModel):
+    """An Ollama request body: types are checked, unknown fields ignored (as Ollama does:
+    clients send fields for features kvmem has no use for, like `keep_alive` or `raw`)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+
+
+class Options(OllamaBody):
+    """`options`: the ones an OpenAI-compatible upstream understands; the rest are ignored."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: list[str] | str | None = None
+    num_predict: int | None = None
+
+    def as_openai(self) -> dict[str, Any]:
+        """The OpenAI request parameters these options stand for."""
+        params: dict[str, Any] = {}
+        for name in ("temperature", "top_p", "seed", "stop"):
+            value = getattr(self, name)
+            if value is not None:
+                params[name] = value
+        # Ollama's -1 (no limit) and -2 (fill the context) have no OpenAI spelling: no limit.
+        if self.num_predict is not None and self.num_predict > 0:
+            params["max_tokens"] = self.num_predict
+        return params
+
+
+class FunctionCall(OllamaBody):
+    """`{"name", "arguments": {...}}` of a tool call in the history."""
+
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+
+class ToolCall(OllamaBody):
+    """A tool call an assistant message of the history made."""
+
+    function: FunctionCall
+
+
+def _images(images: list[str] | None) -> list[str] | None:
+    for index, image in enumerate(images or ()):
+        image_type(image, f"images[{index}]")
+    return images
+
+
+# Base64 images, checked to be ones an OpenAI-compatible model takes.
+Images = Annotated[list[str] | None, AfterValidator(_images)]
+
+
+class Message(OllamaBody):
+    """One message of `/api/chat`'s `messages`."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    images: Images = None
+    tool_calls: list[ToolCall] | None = None
+    tool_name: str | None = None
+
+
+Format = Literal["", "json"] | dict[str, Any] | None
+
+
+class Generation(OllamaBody):
+    """What `/api/chat` and `/api/generate` share."""
+
+    model: str = Field(min_length=1)
+    stream: bool = True
+    options: Options | None = None
+    format: Format = None
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _format(cls, value: Any) -> Any:
+        if value is None or value in ("", "json") or isinstance(value, dict):
+            return value
+        raise ValueError('format must be "json" or a JSON schema object')
+
+    def params(self) -> dict[str, Any]:
+        """The OpenAI parameters for `options` and `format`."""
+        params = self.options.as_openai() if self.options else {}
+        if self.format == "json":
+            params["response_format"] = {"type": "json_object"}
+        elif isinstance(self.format, dict):
+            params["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "response", "schema": self.format},
+            }
+        return params
+
+
+class ChatBody(Generation):
+    """`POST /api/chat`."""
+
+    messages: list[Message] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+
+    def params(self) -> dict[str, Any]:
+        """`options`, `format` and `tools` (Ollama's tools are OpenAI's function tools)."""
+        params = super().params()
+        if self.tools:
+            params["tools"] = self.tools
+        return params
+
+
+class GenerateBody(Generation):
+    """`POST /api/generate`."""
+
+    prompt: str = ""
+    system: str | None = None
+    images: Images = None
+
+
+class ShowBody(OllamaBody):
+    """`POST /api/show` (`name` is what older clients send)."""
+
+    model: str | None = None
+    name: str | None = None
+
+    @property
+    def wanted(self) -> str:
+        """The model asked about."""
+        wanted = self.model or self.name
+        if not wanted:
+            raise BadRequest("'model' is required")
+        return wanted
+
+
+# --- requests -------------------------------------------------------------------------------
+
+# The first bytes of each image format OpenAI-compatible models take.
+_IMAGE_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF8", "image/gif"),
+    (b"RIFF", "image/webp"),
+)
+
+
+def image_type(image: str, where: str) -> str:
+    """The media type of a base64 image (Ollama sends bare base64; OpenAI wants a data URL)."""
+    try:
+        head = base64.b64decode(image[:32], validate=True) if image else b""
+        base64.b64decode(image, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"{where} is not base64-encoded image data") from exc
+    for magic, kind in _IMAGE_MAGIC:
+        if head.startswith(magic):
+            return kind
+    raise ValueError(f"{where} is not a PNG, JPEG, GIF or WebP image")
+
+
+def user_content(text: str, images: Sequence[str] | None) -> str | list[dict[str, Any]]:
+    """A message's content: the text, or OpenAI parts (the text, then each image)."""
+    if not images:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    for image in images:
+        url = f"data:{image_type(image, 'image')};base64,{image}"
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
+def chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Ollama's chat history as OpenAI messages.
+
+    Ollama's tool calls carry no ids, so each gets one here and each tool answer takes the id
+    of the call it answers: the first pending call of its `tool_name`, else the first pending.
+    """
+    converted: list[dict[str, Any]] = []
+    pending: list[tuple[str, str]] = []  # (id, name) of calls not answered yet
+    for index, message in enumerate(messages):
+        text = message.content or ""
+        if message.role == "assistant" and message.tool_calls:
+            calls = []
+            pending = []
+            for number, call in enumerate(message.tool_calls):
+                call_id = f"call_{index}_{number}"
+                arguments = call.function.arguments
+                calls.append({
+                    "id": call_id,
+                    "type": "function",
+                    "function": {
+                        "name": call.function.name,
+                        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                    },
+                })
+                pending.append((call_id, call.function.name))
+            converted.append({"role": "assistant", "content": text or None, "tool_calls": calls})
+        elif message.role == "tool":
+            match = next((p for p in pending if p[1] == message.tool_name), None) or (
+                pending[0] if pending else None
+            )
+            if match is not None:
+                pending.remove(match)
+            call_id = match[0] if match else f"call_{index}"
+            converted.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        else:
+            converted.append({"role": message.role, "content": user_content(text, message.images)})
+    return converted
+
+
+def generate_messages(body: GenerateBody) -> list[dict[str, Any]]:
+    """`/api/generate`'s `system` and `prompt` as OpenAI messages."""
+    messages: list[dict[str, Any]] = []
+    if body.system:
+        messages.append({"role": "system", "content": body.system})
+    messages.append({"role": "user", "content": user_content(body.prompt, body.images)})
+    return messages
+
+
+def resolve_model(wanted: str, served: Sequence[str]) -> str | None:
+    """The served model id an Ollama client means, or None.
+
+    A listed id matches as is or with Ollama's default tag `:latest`; an id of litellm's
+    Ollama providers (`ollama/llama3.1`) also matches the upstream's own name (`llama3.1`,
+    `llama3.1:latest`), so tools configured for that Ollama keep their model names.
+    """
+    names = (wanted, wanted.removesuffix(":latest"))
+    for model in served:
+        if model in names:
+            return model
+    for model in served:
+        provider, _, name = model.partition("/")
+        if provider in OLLAMA_PROVIDERS and name in names:
+            return model
+    return None
+
+
+# --- models ---------------------------------------------------------------------------------
+
+
+def timestamp(at: datetime | None = None) -> str:
+    """Ollama's time format: RFC 3339 in UTC with fractions."""
+    return (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def model_details(model: str) -> dict[str, Any]:
+    """`details` of a served model: kvmem knows its provider, not its weights."""
+    provider = model.partition("/")[0] if "/" in model else ""
+    return {
+        "parent_model": "",
+        "format": "",
+        "family": provider,
+        "families": [provider] if provider else None,
+        "parameter_size": "",
+        "quantization_level": "",
+    }
+
+
+def model_entry(model: str, modified_at: str) -> dict[str, Any]:
+    """One model of `/api/tags`."""
+    return {
+        "name": model,
+        "model": model,
+        "modified_at": modified_at,
+        "size": 0,
+        "digest": hashlib.sha256(model.encode()).hexdigest(),
+        "details": model_details(model),
+    }
+
+
+def show_reply(model: str, modified_at: str) -> dict[str, Any]:
+    """`/api/show`'s answer for a served model."""
+    return {
+        "modelfile": "",
+        "parameters": "",
+        "template": "",
+        "details": model_details(model),
+        "model_info": {},
+        "capabilities": CAPABILITIES,
+        "modified_at": modified_at,
+    }
+
+
+# --- replies --------------------------------------------------------------------------------
+
+
+def ndjson(value: dict[str, Any]) -> str:
+    """One NDJSON line."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def error_line(message: str) -> str:
+    """A failure after the stream started: Ollama's last line."""
+    return ndjson({"error": message})
+
+
+def done_reason(finish_reason: str | None) -> str:
+    """Ollama's `done_reason` for an OpenAI `finish_reason` (tool calls end with `stop`)."""
+    return "length" if finish_reason == "length" else "stop"
+
+
+def tool_call(name: str, arguments: Any) -> dict[str, Any]:
+    """An OpenAI tool call in Ollama's shape: the arguments as an object."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError as exc:
+            raise UpstreamError(
+                f"the model called {name!r} with arguments that are not JSON", upstream_status=200
+            ) from exc
+    if not isinstance(arguments, dict):
+        raise UpstreamError(
+            f"the model called {name!r} with arguments that are not a JSON object",
+            upstream_status=200,
+        )
+    return {"function": {"name": name, "arguments": arguments}}
+
+
+@dataclass
+class ToolCallParts:
+    """OpenAI's streamed tool-call fragments, put back together (Ollama sends calls whole)."""
+
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+
+    def add(self, fragments: list[dict[str, Any]] | None) -> None:
+        """Fold in one delta's `tool_calls`."""
+        for fragment in fragments or ():
+            call = self.calls.setdefault(fragment.get("index", 0), {"name": "", "arguments": ""})
+            function = fragment.get("function") or {}
+            call["name"] += function.get("name") or ""
+            call["arguments"] += function.get("arguments") or ""
+
+    def whole(self) -> list[dict[str, Any]]:
+        """The calls, in Ollama's shape."""
+        return [tool_call(c["name"], c["arguments"]) for _, c in sorted(self.calls.items())]
+
+
+@dataclass
+class Reply:
+    """How one request's answer is written: `/api/chat`'s `message` or `/api/generate`'s
+    `response`, for `model`, timed from `started` (a `time.monotonic_ns()`)."""
+
+    kind: Literal["chat", "generate"]
+    model: str
+    started: int
+
+    def part(self, text: str, tool_calls: list[dict[str, Any]] | None = None, *,
+             done: bool = False) -> dict[str, Any]:
+        """A reply object holding `text` (and, for chat, tool calls)."""
+        value: dict[str, Any] = {"model": self.model, "created_at": timestamp()}
+        if self.kind == "chat":
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            value["message"] = message
+        else:
+            value["response"] = text
+        value["done"] = done
+        return value
+
+    def last(self, text: str, finish_reason: str | None, usage: dict[str, Any] | None,
+             tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The closing object: `done`, `done_reason` and the counts that are known."""
+        value = self.part(text, tool_calls, done=True)
+        value["done_reason"] = done_reason(finish_reason)
+        value["total_duration"] = time.monotonic_ns() - self.started
+        if usage:
+            if isinstance(usage.get("prompt_tokens"), int):
+                value["prompt_eval_count"] = usage["prompt_tokens"]
+            if isinstance(usage.get("completion_tokens"), int):
+                value["eval_count"] = usage["completion_tokens"]
+        return value
+
+    def loaded(self) -> dict[str, Any]:
+        """The answer to a request with nothing to say, which Ollama clients send to load a
+        model (`ollama run` does): done at once, no model call."""
+        value = self.part("", done=True)
+        value["done_reason"] = "load"
+        return value
+
+    def whole(self, completion: dict[str, Any]) -> dict[str, Any]:
+        """A non-streamed OpenAI completion as one Ollama reply."""
+        choice = (completion.get("choices") or [{}])[0]
+        message = choice.get("message") or {}
+        calls = [
+            tool_call((c.get("function") or {}).get("name") or "", (c.get("function") or {}).get("arguments"))
+            for c in message.get("tool_calls") or ()
+        ]
+        return self.last(message.get("content") or "", choice.get("finish_reason"),
+                         completion.get("usage"), calls)
+
+    async def lines(self, chunks: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[str, None]:
+        """Streamed OpenAI chunks as NDJSON lines: each piece of text as it arrives, the tool
+        calls once whole, then the closing line."""
+        calls = ToolCallParts()
+        finish_reason, usage = None, None
+        async for chunk in chunks:
+            usage = chunk.get("usage") or usage
+            for choice in (chunk.get("choices") or ())[:1]:
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    yield ndjson(self.part(delta["content"]))
+                calls.add(delta.get("tool_calls"))
+                finish_reason = choice.get("finish_reason") or finish_reason
+        if calls.calls:
+            yield ndjson(self.part("", calls.whole()))
+        yield ndjson(self.last("", finish_reason, usage))
+
+
+def has_output(chunk: dict[str, Any]) -> bool:
+    """Whether a streamed chunk carries anything for an Ollama line (text, a call, the end)."""
+    return any(
+        (choice.get("delta") or {}).get("content")
+        or (choice.get("delta") or {}).get("tool_calls")
+        or choice.get("finish_reason")
+        for choice in chunk.get("choices") or ()
+    )

@@ -1,0 +1,160 @@
+"""Ollama's own API in front of the configured chat model: `/api/chat`, `/api/generate`,
+`/api/tags`, `/api/show`, `/api/version` and `/api/ps`.
+
+Anything configured with `OLLAMA_HOST` gets memory by pointing at kvmem. The model call is the
+same as `/v1`'s (`kvmem.main_call`: the block injected, the agent on the request's messages,
+`X-Memory: off`, the auth of every route); only the request translation and the reply
+rendering (`kvmem.ollama_shapes`) are Ollama's. Replies stream as NDJSON by default; a
+failure after the first line is a last line `{"error": "..."}`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from kvmem.bodies import Body, parse_json, read_body, validate
+from kvmem.errors import KvmemError, ModelNotFound
+from kvmem.main_call import MainCall, chat_lines, inject
+from kvmem.ollama_shapes import (
+    OLLAMA_API_VERSION,
+    ChatBody,
+    GenerateBody,
+    Reply,
+    ShowBody,
+    chat_messages,
+    error_line,
+    generate_messages,
+    has_output,
+    model_entry,
+    ndjson,
+    resolve_model,
+    show_reply,
+    timestamp,
+)
+from kvmem.provider import chat_target
+from kvmem.routes import route
+from kvmem.routes.streaming import ClosingStreamingResponse
+from kvmem.services import Services, services_of, user_of
+
+NDJSON = "application/x-ndjson"
+
+
+async def chat(request: Request) -> Response:
+    started = time.monotonic_ns()
+    services = services_of(request)
+    user_id = await user_of(request)
+    body = await _read(request, services, ChatBody)
+    reply = Reply("chat", _served(services, body.model), started)
+    if not body.messages:
+        return _loaded(reply, body.stream)
+    messages = chat_messages(body.messages)
+    return await _answer(request, services, user_id, reply, messages, body.params(), body.stream)
+
+
+async def generate(request: Request) -> Response:
+    started = time.monotonic_ns()
+    services = services_of(request)
+    user_id = await user_of(request)
+    body = await _read(request, services, GenerateBody)
+    reply = Reply("generate", _served(services, body.model), started)
+    if not body.prompt and not body.images:
+        return _loaded(reply, body.stream)
+    messages = generate_messages(body)
+    return await _answer(request, services, user_id, reply, messages, body.params(), body.stream)
+
+
+async def _answer(
+    request: Request,
+    services: Services,
+    user_id: str,
+    reply: Reply,
+    messages: list[dict[str, Any]],
+    params: dict[str, Any],
+    stream: bool,
+) -> Response:
+    """The main call, exactly as on `/v1`, answered in Ollama's shape."""
+    temporary = request.headers.get("x-memory", "").strip().lower() == "off"
+    memory = await services.memory.begin(user_id, None, chat_lines(messages), temporary=temporary)
+    if stream:
+        params["stream_options"] = {"include_usage": True}  # for the last line's counts
+    call = MainCall(services.memory, services.client, memory,
+                    chat_target(services.config.chat, reply.model),
+                    inject(messages, memory.block), user_id, params)
+    if not stream:
+        return JSONResponse(reply.whole(await call.complete()))
+    lines = await call.stream(reply.lines, _error_line, until=has_output)
+    return _ndjson_response(lines)
+
+
+def _error_line(exc: KvmemError) -> str:
+    return error_line(exc.message)
+
+
+def _ndjson_response(lines: AsyncIterator[str]) -> Response:
+    response = ClosingStreamingResponse(lines)
+    response.headers["content-type"] = NDJSON  # Ollama's stream, not Server-Sent Events
+    return response
+
+
+def _loaded(reply: Reply, stream: bool) -> Response:
+    if stream:
+        return _ndjson_response(_one(ndjson(reply.loaded())))
+    return JSONResponse(reply.loaded())
+
+
+async def _one(line: str) -> AsyncGenerator[str, None]:
+    yield line
+
+
+async def _read(request: Request, services: Services, model: type[Body]) -> Body:
+    return validate(model, parse_json(await read_body(request, services.config.server.max_body_bytes)))
+
+
+def _served(services: Services, wanted: str) -> str:
+    """The served model id `wanted` names, else 404 (see `resolve_model`)."""
+    served = services.config.chat.served_models()
+    model = resolve_model(wanted, served)
+    if model is None:
+        raise ModelNotFound(f"model {wanted!r} not found; available: " + ", ".join(served))
+    return model
+
+
+async def tags(request: Request) -> Response:
+    services = services_of(request)
+    await user_of(request)
+    now = timestamp()
+    return JSONResponse(
+        {"models": [model_entry(model, now) for model in services.config.chat.served_models()]}
+    )
+
+
+async def show(request: Request) -> Response:
+    services = services_of(request)
+    await user_of(request)
+    body = await _read(request, services, ShowBody)
+    return JSONResponse(show_reply(_served(services, body.wanted), timestamp()))
+
+
+async def version(request: Request) -> Response:
+    await user_of(request)
+    return JSONResponse({"version": OLLAMA_API_VERSION})
+
+
+async def running(request: Request) -> Response:
+    await user_of(request)
+    return JSONResponse({"models": []})  # nothing is loaded here: the models run upstream
+
+
+routes = [
+    route("/api/chat", POST=chat),
+    route("/api/generate", POST=generate),
+    route("/api/tags", GET=tags),
+    route("/api/show", POST=show),
+    route("/api/version", GET=version),
+    route("/api/ps", GET=running),
+]
