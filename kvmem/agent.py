@@ -264,6 +264,11 @@ class MemoryAgent:
         # Decided once from the config, not on every request.
         self._enabled = config.agent_status()[0] and target is not None
         self._prices = token_prices(target.model) if target is not None else None
+        agent = config.memory.agent
+        self.mode = agent.mode if agent else "tools"
+        self._gate = (
+            IntentGate(agent.trigger_phrases) if agent and agent.trigger == "intent" else None
+        )
 
     @property
     def enabled(self) -> bool:
@@ -274,11 +279,6 @@ class MemoryAgent:
         """Whether a user who used `tokens_today` today may not have another run."""
         budget = self.daily_token_budget
         return budget is not None and tokens_today >= budget
-        agent = config.memory.agent
-        self.mode = agent.mode if agent else "tools"
-        self._gate = (
-            IntentGate(agent.trigger_phrases) if agent and agent.trigger == "intent" else None
-        )
 
     def verdict(
         self,
