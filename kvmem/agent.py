@@ -356,6 +356,11 @@ class MemoryAgent:
         """How many runs are working now."""
         return len(self._tasks)
 
+    @property
+    def recording(self) -> int:
+        """How many ended runs are still having their usage written."""
+        return len(self._records)
+
     async def shutdown(self, drain_seconds: float = 0.0) -> None:
         """Let runs in flight end by their deadlines, waiting at most `drain_seconds`; then
         cancel the rest and wait for them to end."""

@@ -37,9 +37,13 @@ def wait_until(
 
 
 def wait_agents_idle(client: TestClient, timeout: float = 10.0) -> None:
-    """Wait until no memory agent run of this app is in flight."""
+    """Wait until no memory agent run of this app is in flight or still being recorded."""
     agent = services(client).agent
-    wait_until(lambda: agent.in_flight == 0, timeout, "the memory agent finishing")
+    wait_until(
+        lambda: agent.in_flight == 0 and agent.recording == 0,
+        timeout,
+        "the memory agent finishing (and its usage recorded)",
+    )
 
 
 def outcomes(client: TestClient) -> dict[str, int]:
