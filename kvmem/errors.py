@@ -184,12 +184,6 @@ class ValueTooLong(InvalidMemory):
     code = "value_too_long"
 
 
-class HeadersTooLarge(KvmemError):
-    """The request line and headers are larger than `server.max_header_bytes`."""
-
-    status, code = 431, "headers_too_large"
-
-
 class UpstreamRateLimited(KvmemError):
     """The model upstream answered 429; its `Retry-After` is passed on."""
 
@@ -202,6 +196,12 @@ class UpstreamRateLimited(KvmemError):
     @property
     def headers(self) -> dict[str, str]:
         return {"Retry-After": self.retry_after} if self.retry_after else {}
+
+
+class HeadersTooLarge(KvmemError):
+    """The request line and headers are larger than `server.max_header_bytes`."""
+
+    status, code = 431, "headers_too_large"
 
 
 class UpstreamError(KvmemError):

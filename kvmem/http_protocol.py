@@ -48,7 +48,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         was_reading_head = self._reading_head
         self._head_ended_now = False
         super().data_received(data)
-        if self.transport.is_closing() or not was_reading_head or self._head_ended_now:
+        if self._discarding or not was_reading_head or self._head_ended_now:
             return
         # Every byte fed while the head is still open belongs to it (the parser would buffer
         # it all): past the bound, refuse now rather than wait for the end of the head.
@@ -90,6 +90,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         )
 
     def _refuse(self, error: KvmemError) -> None:
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined request went wrong while the one before it is still answering:
+            # an error written now would land inside that response.
+            self.transport.close()
+            return
         openai = getattr(self, "url", b"").startswith(b"/v1/")
         body = json.dumps(
             openai_error_body(error) if openai else error.body(), separators=(",", ":")
