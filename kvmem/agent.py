@@ -160,8 +160,8 @@ class AgentError:
         return {"at": iso(self.at), "message": self.message}
 
 
-# Bearer tokens and API keys as they appear in provider error messages.
-_KEY_LIKE = re.compile(r"\b(sk|pk|rk|key|tok)[-_][A-Za-z0-9_\-*]{6,}", re.IGNORECASE)
+# API keys (OpenAI's `sk-...` and the like) and bearer tokens in provider error messages.
+_KEY_LIKE = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*]{6,}|(?i:bearer)\s+\S+")
 MAX_ERROR_MESSAGE = 300
 
 
@@ -286,7 +286,9 @@ class MemoryAgent:
             return "over_budget"
         return None
 
-    def not_run(self, state: AgentState, user_id: str, conversation_id: str | None) -> AgentRun:
+    def not_run(
+        self, state: AgentState, user_id: str, conversation_id: str | None
+    ) -> AgentRun:
         """The run of a request the agent does not run for, counted (and, for `over_budget`,
         recorded, so that refused runs show in the usage)."""
         run = AgentRun.finished(state)

@@ -92,7 +92,8 @@ class Metrics:
         prefixes = self._prefixes
         for family in self.registry.collect():
             name = f"{family.name}_total" if family.type == "counter" else family.name
-            add(f"# HELP {name} {_escape_help(family.documentation)}\n# TYPE {name} {family.type}\n")
+            add(f"# HELP {name} {_escape_help(family.documentation)}\n")
+            add(f"# TYPE {name} {family.type}\n")
             for sample_name, labels, value, *_ in family.samples:
                 if sample_name.endswith("_created"):
                     continue  # a process start time per series; nobody graphs it

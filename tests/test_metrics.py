@@ -23,7 +23,10 @@ from tests.support.upstream import Reply
 MakeClient = Callable[..., TestClient]
 SERVICE_KEY = "metrics-service-key"
 KEYS_MODE = {"mode": "keys", "service_keys": [SERVICE_KEY]}
-CHAT = {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "I live in Berlin"}]}
+CHAT = {
+    "model": f"openai/{MAIN_MODEL}",
+    "messages": [{"role": "user", "content": "I live in Berlin"}],
+}
 
 
 def scrape(client: TestClient | httpx.Client, **headers: str) -> str:
@@ -123,7 +126,9 @@ def test_upstream_failure_counts_its_error_code(
 def test_two_apps_in_one_process_keep_their_own_counters(make_client: MakeClient) -> None:
     first, second = make_client(), make_client()
     first.put("/memory/k", json={"value": "v"})
-    assert series(scrape(first), "kvmem_http_requests_total") == {("/memory/{key}", "PUT", "201"): 1}
+    assert series(scrape(first), "kvmem_http_requests_total") == {
+        ("/memory/{key}", "PUT", "201"): 1
+    }
     assert series(scrape(second), "kvmem_http_requests_total") == {}
 
 
@@ -209,9 +214,10 @@ def test_a_bug_is_counted_as_a_500(
     from kvmem.app import create_app
 
     config = make_config(chat={"model": f"openai/{MAIN_MODEL}"})
-    app = create_app(config, database=database, tokens=tokens, client=ExplodingClient())  # type: ignore[arg-type]
-    with TestClient(app, raise_server_exceptions=False) as client:
-        assert client.post("/chat", json={"message": "hi"}).status_code == 500
-        text = scrape(client)
+    client: Any = ExplodingClient()
+    app = create_app(config, database=database, tokens=tokens, client=client)
+    with TestClient(app, raise_server_exceptions=False) as http:
+        assert http.post("/chat", json={"message": "hi"}).status_code == 500
+        text = scrape(http)
     assert series(text, "kvmem_http_requests_total") == {("/chat", "POST", "500"): 1}
     assert series(text, "kvmem_errors_total") == {("internal_error",): 1}

@@ -92,7 +92,9 @@ def measure(series: int = 1000, scrapes: int = 200) -> dict[str, Any]:
                 through_app = [await _get_metrics(with_state) for _ in range(scrapes)]
                 rendering = [_timed(metrics.render) for _ in range(scrapes)]
                 # prometheus_client's own exposition of the same registry, for comparison.
-                library = [_timed(lambda: generate_latest(metrics.registry)) for _ in range(scrapes)]
+                library = [
+                    _timed(lambda: generate_latest(metrics.registry)) for _ in range(scrapes)
+                ]
                 return through_app, rendering, library, exposed
 
         through_app, rendering, library, exposed = asyncio.run(run())
@@ -131,7 +133,8 @@ def main() -> None:
                   f"{result[f'{name}_{clock}_p99_ms']:.2f} ms |")
     for clock in ("wall", "cpu"):
         verdict = "PASS" if result[f"scrape_{clock}_p50_ms"] < TARGET_MS else "MISS"
-        print(f"\ntarget: a scrape under {TARGET_MS:g} ms with 1,000 series ({clock} p50): {verdict}")
+        print(f"\ntarget: a scrape under {TARGET_MS:g} ms with 1,000 series "
+              f"({clock} p50): {verdict}")
 
 
 if __name__ == "__main__":
