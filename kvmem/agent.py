@@ -433,11 +433,9 @@ class MemoryAgent:
             {"role": "user", "content": prompt},
         ]
         for _ in range(MAX_MODEL_CALLS):
-            run.model_calls += 1
-            response = await self.client.complete(
-                self.target, messages, user_id, tools=self._tools, tool_choice="auto"
+            response = await self._call_model(
+                run, messages, user_id, tools=self._tools, tool_choice="auto"
             )
-            run.count_usage(response.get("usage"))
             message = response["choices"][0]["message"]
             calls = message.get("tool_calls") or []
             if not calls:
@@ -452,6 +450,17 @@ class MemoryAgent:
                 {"role": "tool", "tool_call_id": call["id"], "content": result}
                 for call, result in zip(calls, results, strict=True)
             ]
+
+    async def _call_model(
+        self, run: AgentRun, messages: list[dict[str, Any]], user_id: str, **request: Any
+    ) -> dict[str, Any]:
+        """One model call of the run, counted with the tokens its `usage` reports (every
+        call of the agent goes through here, so the usage records and the budget see it)."""
+        assert self.target is not None
+        run.model_calls += 1
+        response = await self.client.complete(self.target, messages, user_id, **request)
+        run.count_usage(response.get("usage"))
+        return response
 
     async def _apply(
         self, run: AgentRun, user_id: str, calls: list[dict[str, Any]]

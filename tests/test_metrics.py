@@ -221,3 +221,34 @@ def test_a_bug_is_counted_as_a_500(
         text = scrape(http)
     assert series(text, "kvmem_http_requests_total") == {("/chat", "POST", "500"): 1}
     assert series(text, "kvmem_errors_total") == {("internal_error",): 1}
+
+
+def test_routes_inside_mounts_are_labelled_with_the_whole_template() -> None:
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route, Router
+
+    from kvmem.metrics import Metrics, MetricsMiddleware
+
+    async def hello(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("hi")
+
+    async def plain_asgi(scope: Any, receive: Any, send: Any) -> None:
+        await PlainTextResponse("asset")(scope, receive, send)
+
+    metrics = Metrics()
+    app = Starlette(
+        routes=[
+            Mount("/api", routes=[Route("/items/{item_id}", hello)]),
+            Mount("/static", app=plain_asgi),
+        ],
+        middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
+    )
+    with TestClient(app) as client:
+        for path in ("/api/items/1", "/api/items/2", "/static/a.css", "/static/js/b.js"):
+            assert client.get(path).status_code == 200
+    assert series(metrics.render().decode(), "kvmem_http_requests_total") == {
+        ("/api/items/{item_id}", "GET", "200"): 2,
+        ("/static", "GET", "200"): 2,
+    }
