@@ -179,8 +179,8 @@ class AgentError:
         return {"at": iso(self.at), "message": self.message}
 
 
-# Bearer tokens and API keys as they appear in provider error messages.
-_KEY_LIKE = re.compile(r"\b(sk|pk|rk|key|tok)[-_][A-Za-z0-9_\-*]{6,}", re.IGNORECASE)
+# API keys (OpenAI's `sk-...` and the like) and bearer tokens in provider error messages.
+_KEY_LIKE = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*]{6,}|(?i:bearer)\s+\S+")
 MAX_ERROR_MESSAGE = 300
 
 
@@ -314,7 +314,9 @@ class MemoryAgent:
             return "over_budget"
         return None
 
-    def not_run(self, state: AgentState, user_id: str, conversation_id: str | None) -> AgentRun:
+    def not_run(
+        self, state: AgentState, user_id: str, conversation_id: str | None
+    ) -> AgentRun:
         """The run of a request the agent does not run for, counted (and, for `over_budget`,
         recorded, so that refused runs show in the usage)."""
         run = AgentRun.finished(state)
@@ -482,11 +484,9 @@ class MemoryAgent:
         """Native tool calls: apply them; a second call carries the results if one failed."""
         assert self.target is not None
         for _ in range(MAX_MODEL_CALLS):
-            run.model_calls += 1
-            response = await self.client.complete(
-                self.target, messages, user_id, tools=self._tools, tool_choice="auto"
+            response = await self._call_model(
+                run, messages, user_id, tools=self._tools, tool_choice="auto"
             )
-            run.count_usage(response.get("usage"))
             message = response["choices"][0]["message"]
             calls = message.get("tool_calls") or []
             if not calls:
@@ -511,7 +511,7 @@ class MemoryAgent:
         and nothing of that answer is applied."""
         assert self.target is not None
         for _ in range(MAX_MODEL_CALLS):
-            response = await self.client.complete(self.target, messages, user_id)
+            response = await self._call_model(run, messages, user_id)
             answer = response["choices"][0]["message"].get("content")
             operations = parse_answer(answer)
             if not operations:
@@ -521,6 +521,17 @@ class MemoryAgent:
                 return
             messages.append({"role": "assistant", "content": answer})
             messages.append({"role": "user", "content": results_message(operations, results)})
+
+    async def _call_model(
+        self, run: AgentRun, messages: list[dict[str, Any]], user_id: str, **request: Any
+    ) -> dict[str, Any]:
+        """One model call of the run, counted with the tokens its `usage` reports (every
+        call of the agent goes through here, so the usage records and the budget see it)."""
+        assert self.target is not None
+        run.model_calls += 1
+        response = await self.client.complete(self.target, messages, user_id, **request)
+        run.count_usage(response.get("usage"))
+        return response
 
     async def _apply(
         self,

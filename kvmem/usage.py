@@ -48,6 +48,11 @@ class UsageSum:
     cost_usd: float | None = None  # null when no run in the sum had a price
     writes: int = 0
 
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
     def __add__(self, other: UsageSum) -> UsageSum:
         costs = [c for c in (self.cost_usd, other.cost_usd) if c is not None]
         return UsageSum(
@@ -159,7 +164,7 @@ class UsageStore:
                 .group_by(AgentRunRecord.user_id)
             ).all()
         sums = [(row[0], _sum(row[1:])) for row in rows]
-        return sorted(sums, key=lambda item: (-(item[1].input_tokens + item[1].output_tokens), item[0]))
+        return sorted(sums, key=lambda item: (-item[1].tokens, item[0]))
 
     def _utc_day(self) -> ColumnElement[str]:
         """`started_at`'s UTC date as `YYYY-MM-DD`, in this database's SQL."""

@@ -23,7 +23,10 @@ from tests.support.upstream import Reply
 MakeClient = Callable[..., TestClient]
 SERVICE_KEY = "metrics-service-key"
 KEYS_MODE = {"mode": "keys", "service_keys": [SERVICE_KEY]}
-CHAT = {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "I live in Berlin"}]}
+CHAT = {
+    "model": f"openai/{MAIN_MODEL}",
+    "messages": [{"role": "user", "content": "I live in Berlin"}],
+}
 
 
 def scrape(client: TestClient | httpx.Client, **headers: str) -> str:
@@ -123,7 +126,9 @@ def test_upstream_failure_counts_its_error_code(
 def test_two_apps_in_one_process_keep_their_own_counters(make_client: MakeClient) -> None:
     first, second = make_client(), make_client()
     first.put("/memory/k", json={"value": "v"})
-    assert series(scrape(first), "kvmem_http_requests_total") == {("/memory/{key}", "PUT", "201"): 1}
+    assert series(scrape(first), "kvmem_http_requests_total") == {
+        ("/memory/{key}", "PUT", "201"): 1
+    }
     assert series(scrape(second), "kvmem_http_requests_total") == {}
 
 
@@ -209,9 +214,41 @@ def test_a_bug_is_counted_as_a_500(
     from kvmem.app import create_app
 
     config = make_config(chat={"model": f"openai/{MAIN_MODEL}"})
-    app = create_app(config, database=database, tokens=tokens, client=ExplodingClient())  # type: ignore[arg-type]
-    with TestClient(app, raise_server_exceptions=False) as client:
-        assert client.post("/chat", json={"message": "hi"}).status_code == 500
-        text = scrape(client)
+    client: Any = ExplodingClient()
+    app = create_app(config, database=database, tokens=tokens, client=client)
+    with TestClient(app, raise_server_exceptions=False) as http:
+        assert http.post("/chat", json={"message": "hi"}).status_code == 500
+        text = scrape(http)
     assert series(text, "kvmem_http_requests_total") == {("/chat", "POST", "500"): 1}
     assert series(text, "kvmem_errors_total") == {("internal_error",): 1}
+
+
+def test_routes_inside_mounts_are_labelled_with_the_whole_template() -> None:
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route, Router
+
+    from kvmem.metrics import Metrics, MetricsMiddleware
+
+    async def hello(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("hi")
+
+    async def plain_asgi(scope: Any, receive: Any, send: Any) -> None:
+        await PlainTextResponse("asset")(scope, receive, send)
+
+    metrics = Metrics()
+    app = Starlette(
+        routes=[
+            Mount("/api", routes=[Route("/items/{item_id}", hello)]),
+            Mount("/static", app=plain_asgi),
+        ],
+        middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
+    )
+    with TestClient(app) as client:
+        for path in ("/api/items/1", "/api/items/2", "/static/a.css", "/static/js/b.js"):
+            assert client.get(path).status_code == 200
+    assert series(metrics.render().decode(), "kvmem_http_requests_total") == {
+        ("/api/items/{item_id}", "GET", "200"): 2,
+        ("/static", "GET", "200"): 2,
+    }

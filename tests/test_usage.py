@@ -68,11 +68,14 @@ def day(days_back: int) -> str:
 def noon(days_back: int) -> datetime:
     """Noon UTC `days_back` days ago (or now, if today's noon is still ahead)."""
     today = utcnow()
-    moment = datetime(today.year, today.month, today.day, 12, tzinfo=UTC) - timedelta(days=days_back)
+    moment = datetime(today.year, today.month, today.day, 12, tzinfo=UTC)
+    moment -= timedelta(days=days_back)
     return min(moment, today)
 
 
-def sums(runs: int, input_tokens: int, output_tokens: int, cost: float | None, writes: int) -> dict[str, Any]:
+def sums(
+    runs: int, input_tokens: int, output_tokens: int, cost: float | None, writes: int
+) -> dict[str, Any]:
     return {"agent_runs": runs, "input_tokens": input_tokens, "output_tokens": output_tokens,
             "cost_usd": cost, "writes": writes}
 
@@ -131,7 +134,8 @@ def test_failed_and_timed_out_runs_are_recorded(
     wait_agents_idle(client)
     assert client.post("/chat", json={"message": "two"}).status_code == 200
     wait_agents_idle(client)
-    assert [(r["state"], r["model_calls"], r["input_tokens"]) for r in wait_records(database, 2)] == [
+    recorded = wait_records(database, 2)
+    assert [(r["state"], r["model_calls"], r["input_tokens"]) for r in recorded] == [
         ("failed", 1, 0), ("timeout", 1, 0),
     ]
 
@@ -250,7 +254,8 @@ def test_the_budget_stops_the_agent_for_the_rest_of_the_day(
     assert third.json()["memory"] == {"injected": [], "agent": "over_budget", "updates": []}
 
     assert len(upstream.received(AGENT_MODEL)) == 2
-    assert [(r["state"], r["model_calls"], r["input_tokens"]) for r in wait_records(database, 5)][2:] == [
+    recorded = wait_records(database, 5)
+    assert [(r["state"], r["model_calls"], r["input_tokens"]) for r in recorded[2:]] == [
         ("done", 1, 10), ("done", 1, 10), ("over_budget", 0, 0),
     ]
     assert client.get("/usage?days=1").json()["totals"] == sums(4, 30, 15, None, 0)
