@@ -77,7 +77,9 @@ class MemoryService:
             store_failed=store_failed,
             memories_enabled=snapshot.memories_enabled if snapshot else True,
             has_window=bool(window),
-            newest_message=window[-1].content if window else "",
+            # The newest user message itself, even without text (an image only): an older
+            # message must not open the gate for it.
+            newest_message=next((m.content for m in reversed(messages) if m.role == "user"), ""),
         )
         if state is not None:
             return TurnMemory(block, [e.key for e in entries], AgentRun.finished(state))
