@@ -76,6 +76,8 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"\bi(?:'m| am) (?:a |an )?\w+ now\b|\bi(?:'m| am) now\b",
         r"\b(?:my \w+|i) (?:just )?turned \d+",
         r"\bturns out (?:i|i'm|i am|my)\b|\bi'm not \w+ after all\b",
+        r"\bi(?:'ve| have)? (?:just )?became\b|\bi(?:'ve| have) become\b",
+        r"\b(?:don't|do not|dont|stop|never) (?:suggest|recommend|offer|give|show|send)(?:ing)?\b[^.?!]{0,40}\b(?:anymore|any more|again)\b",
         r"\bi(?:'ve| have)? (?:finally |just )?(?:stopped|quit) (?:\w+ing)\b",
         r"\b(?:i|i'm|i am|we|we're)\b[^.?!]{0,40}\b(?:anymore|any more|no longer)\b",
     ),
@@ -103,6 +105,8 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"我的新(?:邮箱|地址|电话|手机号?|号码|名字|工作|公司|电子邮件)|换了?新|新(?:手机号|号码|邮箱|地址|电话号码)",
         r"我现在(?:住在|住|在[^。?!]{1,10}(?:工作|上班|读书)|是)",
         r"我的[^。?!]{0,10}(?:以后|今后|往后)",
+        r"(?:以后|今后|往后)[^。?!]{0,20}(?:别|不要|都要|都用|记得)",
+        r"(?:离职|辞职|退休|毕业|创业)了",
         r"我(?:已经|刚|刚刚)?(?:从[^。?!]{1,10})?调到",
         r"(?:更正|纠正)(?:一下)?",
         r"我(?:已经)?(?:结婚|离婚|订婚)了",
@@ -115,7 +119,8 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"\b(?:удали|удалите|сотри|сотрите|убери|уберите)\b[^.?!]{0,30}(?:\bмо|обо мне|из памяти|информац|то, что|всё|все)",
         r"\b(?:обнови|обновите|измени|измените|поменяи|поменяите)\b[^.?!]{0,10}\bмо",
         # implicit updates
-        r"\bя больше не\b",
+        r"\bя больше не\b|(?:^|[.!?,;:]\s*|и\s+)больше не \w+(?:аи|яи|еи|и|ь)\b",
+        r"\bя (?:стал|стала|окончил|окончила|закончил|закончила)\b",
         r"\bя (?:уже |теперь )?не (?:живу|работаю|ем|пью|курю|пользуюсь|веган|вегетарианец|вегетарианка)\b",
         r"\bя (?:недавно |уже )?(?:переехал|переехала|переехали|сменил|сменила|поменял|поменяла|бросил|бросила|женился|вышла замуж|развелся|развелась|уволился|уволилась)\b",
         r"\bмо(?:и|я|е) нов(?:ыи|ая|ое|ые)\b",
@@ -149,6 +154,9 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"\b(?:ora|adesso|ormai|oramai) (?:lavoro|vivo|abito)\b",
         r"\bmi sono (?:licenziat[oa]|dimess[oa]|laureat[oa])\b",
         r"\bho smesso di\b",
+        r"\b(?:sono diventat[oa]|ho finito (?:l'universita|gli studi|la scuola)|mi sono laureat[oa])\b",
+        r"\b(?:togli|leva|rimuovi|cancella|elimina|aggiungi|metti|salva|scrivi)\b[^.?!]{0,40}\btua memoria\b",
+        r"\bnon (?:mi )?(?:proporre|suggerire|consigliare|chiamare)\b[^.?!]{0,40}\bpiu\b",
     ),
     "es": (
         _ROMANCE_START + r"(?:por favor,?\s+)?(?:recuerda|memoriza|apunta|anota|olvida|olvidate)\b(?!\s+(?:cuando|como|que paso|donde|quien|si\b))",
@@ -176,6 +184,8 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"\bcorreccion\b",
         r"\bahora (?:trabajo|vivo|soy|estoy)\b",
         r"\b(?:deje|he dejado) de\b",
+        r"\bya no me \w+(?:as|es)\b|\bno me \w+(?:as|es) mas\b",
+        r"\b(?:me hice|me converti en|termine la carrera|me gradue|me he graduado)\b",
     ),
     "fr": (
         r"\b(?:souviens-toi|souvenez-vous|rappelle-toi|rappelez-vous)\b(?!\s+(?:quand|comment|de quand)\b)",
@@ -206,6 +216,8 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"\bje me suis (?:marie|mariee|installe|installee)\b",
         r"\bmaintenant,? (?:je|j')|\bje suis maintenant\b|\bje suis (?:a la retraite|enceinte|marie|mariee)\b",
         r"\bj'ai arrete de\b",
+        r"(?<!je )(?<!j')\bne me \w+ plus\b",  # "ne me propose plus", not "je ne me souviens plus"
+        r"\bje suis devenue?\b|\bj'ai eu mon (?:diplome|bac|master|permis)\b|\bje travaille (?:comme|desormais)\b",
         r"\benregistre(?:z)?\s+(?:que|:|mon|ma|mes)\b",
     ),
     "de": (
@@ -234,6 +246,9 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"\bich hab(?:e)?\b[^.?!]{0,30}\bgewechselt\b",
         r"\b(?:meine neue|mein neuer|mein neues|meine neuen)\b",
         r"\bkorrektur\b",
+        r"\b(?:schlag|empfiehl|nenn|zeig|schick)(?:e)? mir\b[^.?!]{0,40}\b(?:mehr|nie wieder)\b",
+        r"\b(?:habe|hab) (?:mein|meine|meinen) \w+ (?:abgeschlossen|beendet)\b|\bich bin\b[^.?!]{0,20}\bgeworden\b",
+        r"\b(?:arbeite|bin) (?:jetzt |inzwischen )?als\b",
         r"\b(?:haben uns|habe mich) (?:getrennt|scheiden lassen|verlobt)\b|\bbin (?:jetzt )?(?:schwanger|in rente|verlobt|geschieden|verheiratet)\b",
         r"\bich habe geheiratet\b|\bich bin (?:jetzt )?verheiratet\b",
         r"\b(?:jetzt|inzwischen|mittlerweile) (?:arbeite|wohne|lebe) ich\b|\bich (?:arbeite|wohne|lebe) (?:jetzt|inzwischen|mittlerweile)\b",
@@ -260,6 +275,9 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"\b(?:me casei|casei|me divorciei)\b",
         r"\bagora (?:eu )?(?:trabalho|moro|sou|estou)\b",
         r"\b(?:parei|deixei) de\b",
+        r"\b(?:anota|anote|grava|grave) (?:ai|isso|que|:)",
+        r"\bnao me \w+ mais\b",
+        r"\b(?:virei|me tornei|me formei)\b",
     ),
     "ja": (
         r"覚えて(?:おいて|ください|ほしい|くれ|ね|よ|て)|覚えといて|覚えとけ|覚えておけ",
@@ -270,6 +288,7 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"(?:メール(?:アドレス)?|アドレス|住所|電話番号|名前|呼び方|好み|設定|情報|プロフィール)[^。?!]{0,40}(?:更新して|変更して|変えて)",
         r"(?:これから|今後|以後|次から|今度から)[^。?!]{0,20}(?:呼んで|して(?:ください|ね)?|話して|答えて|使って|書いて)",
         r"(?:と|って)呼んで",
+        r"(?:これから|今後|以後|次から|今度から)[^。?!]{0,30}(?:ないで|ないでください|ないでね)",
         # implicit updates
         r"実は[^。?!]{0,20}(?:引っ越し|引越し|転職|結婚|離婚|辞め|変わ|やめ)",
         r"(?:引っ越し|引越し)(?:ました|た|てきた)",
@@ -279,7 +298,7 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"新しい(?:メールアドレス|メール|アドレス|住所|電話番号|名前|仕事|職場|会社)",
         r"訂正",
         r"今は[^。?!]{0,20}(?:で働いて|に住んで|で暮らして|に勤めて|をしています|しています)",
-        r"(?:別れ|結婚し|離婚し|婚約し|妊娠し|退職し|卒業し|入籍し)(?:ました|た)",
+        r"(?:別れ|結婚し|離婚し|婚約し|妊娠し|退職し|卒業し|入籍し)(?:ました|た)|卒業して",
     ),
 }
 
