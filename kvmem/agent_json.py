@@ -50,6 +50,9 @@ _OPERATIONS = TypeAdapter(list[Operation])
 
 # One fenced block: ``` or ```json, its body, the closing fence.
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
+# Reasoning models served by Ollama (qwen3, deepseek-r1, ...) write their thinking first, in
+# the content itself; it is not part of the answer.
+_THINKING = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)
 
 
 class InvalidAnswer(Exception):
@@ -57,7 +60,9 @@ class InvalidAnswer(Exception):
 
 
 def _json_text(answer: str) -> str:
-    """The JSON the answer holds: the whole answer, or its one fenced block."""
+    """The JSON the answer holds: the whole answer, or its one fenced block (after any
+    leading <think> block)."""
+    answer = _THINKING.sub("", answer, count=1)
     fences = _FENCE.findall(answer)
     if len(fences) == 1:
         return fences[0].strip()

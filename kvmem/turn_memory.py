@@ -69,6 +69,12 @@ class TurnMemory:
         }
 
 
+def newest_user_text(messages: Sequence[ChatLine]) -> str:
+    """The newest user message's text, even when it has none (an image only): an older
+    message must not open the intent gate for it."""
+    return next((m.content for m in reversed(messages) if m.role == "user"), "")
+
+
 class MemoryService:
     """Prepares each request's memory and starts its agent run."""
 
@@ -110,7 +116,7 @@ class MemoryService:
             memories_enabled=snapshot.memories_enabled if snapshot else True,
             has_window=bool(window),
             over_budget=over_budget,
-            newest_message=window[-1].content if window else "",
+            newest_message=newest_user_text(messages),
         )
         if state is not None:
             run = self.agent.not_run(state, user_id, conversation_id)
@@ -138,7 +144,7 @@ class MemoryService:
         window = self.window(messages)
         # Decide what needs no read first, so that a server without an agent answers
         # `disabled` even when the store is down.
-        newest = window[-1].content if window else ""
+        newest = newest_user_text(messages)
         state = self.agent.verdict(
             temporary=False,
             store_failed=False,

@@ -254,6 +254,16 @@ def test_parse_answer_returns_validated_operations():
     ) == [SetOperation(op="set", key="a", value="x"), DeleteOperation(op="delete", key="b")]
 
 
+def test_a_leading_think_block_is_not_part_of_the_answer():
+    thinking = '<think>\nThe user wants {"operations": ...}; set name.\n</think>\n\n'
+    assert parse_answer(thinking + '{"operations": [{"op": "delete", "key": "b"}]}') == [
+        DeleteOperation(op="delete", key="b")
+    ]
+    with pytest.raises(InvalidAnswer) as raised:
+        parse_answer(thinking + "Nothing to do.")
+    assert str(raised.value) == "the answer is not valid JSON (Expecting value)"
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

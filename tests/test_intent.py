@@ -28,7 +28,7 @@ INTENTS = ("explicit", "implicit")
 NON_INTENTS = ("memory_question", "chitchat", "mention")
 # The rounds the corpus was written in; each later one was measured before the gate was
 # changed for it (README, "Intent gate", has those first numbers).
-SPLITS = ("dev", "holdout", "unseen", "blind")
+SPLITS = ("dev", "holdout", "unseen", "blind", "final")
 
 
 @dataclass(frozen=True)
@@ -278,3 +278,19 @@ def test_the_gate_benchmark_runs():
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "## Intent gate: agent calls on a 12-message conversation" in result.stdout
     assert "| intent |" in result.stdout
+
+
+def test_a_newest_message_without_text_keeps_the_gate_shut(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(agent={"trigger": "intent"}))
+    image = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+    body = {"model": f"openai/{MAIN_MODEL}", "messages": [
+        {"role": "user", "content": "Remember that I'm vegetarian."},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": image},
+    ]}
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    body["messages"][-1] = {"role": "user", "content": "Forget my address."}
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    wait_agents_idle(client)
+    (request,) = upstream.received(AGENT_MODEL)
+    assert request.messages[1]["content"].endswith("Human: Forget my address.")
