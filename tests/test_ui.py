@@ -613,3 +613,15 @@ def test_the_page_fits_a_360px_screen_in_dark_mode(keys_server: ServeProcess, op
     for name in ("Export", "Import", "Clear all", "Save"):
         box = page.get_by_role("button", name=name, exact=True).bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 360, name
+
+
+def test_the_page_benchmark_still_runs(keys_server: ServeProcess, browser: Browser) -> None:
+    """`python -m tests.bench.ui` measures with this function; its number is not checked."""
+    from tests.bench.ui import load_to_render
+
+    user = User(keys_server)
+    for key in VALID_KEYS:
+        user.put(key, "A value.")
+    times = load_to_render(browser, f"{keys_server.url}/ui#token={user.session()}", 1,
+                           len(VALID_KEYS))
+    assert len(times) == 1 and times[0] > 0
