@@ -14,6 +14,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -318,6 +319,11 @@ def test_keys_mode_takes_the_token_from_the_fragment_and_hides_it(
     ended = httpx.get(f"{keys_server.url}/memory", headers={"Authorization": f"Bearer {token}"})
     assert ended.status_code == 401
 
+    # A link followed from the open page changes only the fragment: no reload, still read.
+    page.goto(f"{keys_server.url}/ui#token={user.session()}")
+    expect(item(page, "personal_info")).to_contain_text("Name: Ada.")
+    assert page.url == f"{keys_server.url}/ui"
+
 
 def test_keys_mode_asks_for_a_key_and_shows_why_one_is_refused(
     keys_server: ServeProcess, open_page: Any
@@ -434,7 +440,9 @@ def test_delete_removes_at_once_and_undo_brings_it_back_for_ten_seconds(
     assert [(c["op"], c["source"]) for c in changes] == [
         ("set", "revert"), ("delete", "manual"), ("set", "manual")]
 
-    # The offer lasts ten seconds.
+    # The offer lasts ten seconds (of the page's clock, stopped here so that a slow
+    # machine's real seconds do not count).
+    page.clock.pause_at(datetime.now() + timedelta(seconds=2))
     item(page, "learned_facts").get_by_role("button", name="Delete").click()
     expect(undo).to_be_visible()
     page.clock.run_for(9_900)

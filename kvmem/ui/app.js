@@ -138,10 +138,11 @@ const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
 
 function takeTokenFromFragment() {
   const match = /(?:^#|&)token=([^&]*)/.exec(location.hash);
-  if (!match) return;
+  if (!match) return false;
   sessionStorage.setItem(TOKEN_STORAGE, decodeURIComponent(match[1]));
   // The token must not stay in the address bar, the history or a bookmark.
   history.replaceState(null, "", location.pathname + location.search);
+  return true;
 }
 
 function showSignIn(message) {
@@ -583,6 +584,12 @@ function wire() {
   $("clear-confirm").addEventListener("click", clearAll);
   $("history-close").addEventListener("click", () => $("history-dialog").close());
   setInterval(refreshTimes, 60_000);
+  // A link with #token= followed from this very page changes only the fragment: no reload.
+  window.addEventListener("hashchange", () => {
+    if (!takeTokenFromFragment()) return;
+    state.token = sessionStorage.getItem(TOKEN_STORAGE);
+    start();
+  });
 }
 
 takeTokenFromFragment();
