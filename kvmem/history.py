@@ -168,7 +168,7 @@ class ChangeLog:
     ) -> HistoryPage:
         """The user's changes (of one key, if given) newest first, `limit` at a time."""
         query = self._query(user_id, key)
-        if before is not None:
+        if before is not None and before <= MAX_CHANGE_ID:  # every id is below a larger one
             query = query.where(MemoryChange.id < before)
         rows = session.execute(query.limit(limit + 1)).all()
         changes = tuple(Change(*row) for row in rows[:limit])

@@ -222,6 +222,80 @@ def test_import_is_all_or_nothing(store: MemoryStore, folder: Path) -> None:
     assert stored(store) == [("facts", "Lives in Lyon", "manual")]
 
 
+def history_of(result: Result) -> list[tuple[str, str, str | None, str | None, str]]:
+    """A printed history page as (key, op, old, new, source), newest first."""
+    return [(c["key"], c["op"], c["old_value"], c["new_value"], c["source"]) for c in result.json()["changes"]]
+
+
+def test_memory_history_and_revert(kvmem: Callable[..., Result], store: MemoryStore) -> None:
+    store.set("local", "likes", "tea")
+    store.set("local", "likes", "coffee", "agent", conversation_id="conv-1")
+    store.set("local", "job", "baker")
+    store.set("alice", "likes", "alice's tea")
+
+    everything, likes, alices = (
+        kvmem("memory", "history"),
+        kvmem("memory", "history", "likes"),
+        kvmem("memory", "history", "--user", "alice"),
+    )
+    assert (everything.code, likes.code, alices.code) == (0, 0, 0)
+    assert history_of(everything) == [
+        ("job", "set", None, "baker", "manual"),
+        ("likes", "set", "tea", "coffee", "agent"),
+        ("likes", "set", None, "tea", "manual"),
+    ]
+    assert everything.json()["next"] is None
+    assert everything.json()["changes"][1]["conversation_id"] == "conv-1"
+    assert history_of(likes) == history_of(everything)[1:]
+    assert history_of(alices) == [("likes", "set", None, "alice's tea", "manual")]
+    paged = kvmem("memory", "history", "--limit", "1")
+    assert paged.json()["next"] == everything.json()["changes"][0]["id"]
+
+    to_tea = likes.json()["changes"][1]["id"]
+    reverted = kvmem("memory", "revert", "likes", str(to_tea))
+    assert (reverted.code, reverted.stderr) == (0, "")
+    assert reverted.json() == {"memory": entry("likes", "tea", 1, "revert"), "total_tokens": 3, "token_limit": 20}
+    assert stored(store) == [("job", "baker", "manual"), ("likes", "tea", "revert")]
+
+    alices_change = alices.json()["changes"][0]["id"]
+    refused, malformed = (
+        kvmem("memory", "revert", "likes", str(alices_change)),
+        kvmem("memory", "revert", "likes", "one"),
+    )
+    assert (refused.code, refused.stdout, refused.stderr) == (
+        1, "", f"kvmem: not_found: no change {alices_change} of key 'likes'\n"
+    )
+    assert (malformed.code, malformed.stdout) == (2, "")
+    assert "'one' is not a valid integer" in malformed.stderr
+    assert stored(store, "alice") == [("likes", "alice's tea", "manual")]
+
+
+def test_user_erase(kvmem: Callable[..., Result], store: MemoryStore, folder: Path) -> None:
+    store.set("alice", "likes", "tea")
+    store.set("alice", "likes", "coffee")
+    store.set("bob", "likes", "bob's tea")
+    KeyStore(store.database).create("alice")
+
+    unconfirmed = kvmem("user", "erase", "--user", "alice", input="y\n")
+    assert (unconfirmed.code, unconfirmed.stdout, unconfirmed.stderr) == (
+        2, "", "kvmem: refusing to erase without --yes when standard input is not a terminal\n"
+    )
+    assert stored(store, "alice") == [("likes", "coffee", "manual")]
+
+    erased = kvmem("user", "erase", "--user", "alice", "--yes")
+    assert (erased.code, erased.stderr) == (0, "")
+    assert erased.json() == {
+        "deleted": {"memories": 1, "changes": 2, "conversations": 0, "messages": 0,
+                    "keys": 1, "sessions": 0, "agent_runs": 0}
+    }
+    assert stored(store, "alice") == []
+    assert store.history("alice").changes == ()
+    assert KeyStore(store.database).list("alice") == []
+    assert stored(store, "bob") == [("likes", "bob's tea", "manual")]
+    bad_user = kvmem("user", "erase", "--user", "not a user", "--yes")
+    assert (bad_user.code, bad_user.stdout) == (2, "")
+
+
 def test_config_option_is_accepted_everywhere(folder: Path) -> None:
     elsewhere = folder / "elsewhere"
     elsewhere.mkdir()

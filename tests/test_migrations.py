@@ -5,6 +5,7 @@ Model: simonw/llm tests/test_migrate.py.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,10 @@ from kvmem.migrate import (
     head_revision,
     upgrade,
 )
+from kvmem.rules import MemoryRules
+from kvmem.store import MemoryStore
 from kvmem.tables import Base
+from kvmem.tokens import TokenCounter
 
 FOUNDATION_TABLES = {"alembic_version", "users", "memory_entries", "api_keys"}
 
@@ -178,3 +182,66 @@ def test_ensure_current_migrates_once(engine: Engine) -> None:
     assert current_revision(engine) == HEAD
     ensure_current(engine)  # already current: nothing to do, nothing fails
     assert current_revision(engine) == HEAD
+
+
+@pytest.fixture
+def any_engine(backend: str, tmp_path: Path) -> Iterator[Engine]:
+    """A blank database on either backend (PostgreSQL: a fresh database of its own)."""
+    if backend == "sqlite":
+        database = Database.from_config(DatabaseConfig(url=f"sqlite:///{tmp_path / 'old.db'}"))
+        yield database.engine
+        database.dispose()
+        return
+    from tests.support.pg import POSTGRES_ENV, fresh_database
+
+    with fresh_database(os.environ[POSTGRES_ENV], "kvmem_migrate") as url:
+        database = Database.from_config(DatabaseConfig(url=url))
+        yield database.engine
+        database.dispose()
+
+
+def test_upgrading_a_0003_database_with_data_keeps_it_and_records_history(
+    any_engine: Engine, tokens: TokenCounter
+) -> None:
+    """A database of the first release (0003) with users, entries, keys and conversations in
+    it upgrades to head: every row is kept, and new writes are recorded in the history."""
+    upgrade(any_engine, "0003")
+    rows = {
+        "users": "INSERT INTO users (id, memories_enabled, created_at, memory_version) "
+                 "VALUES ('alice', false, '2026-01-01 00:00:00', 7)",
+        "memory_entries": "INSERT INTO memory_entries (user_id, key, value, token_count, source, "
+                          "created_at, updated_at) VALUES ('alice', 'likes', 'tea', 1, 'manual', "
+                          "'2026-01-01 00:00:00', '2026-01-02 00:00:00')",
+        "api_keys": "INSERT INTO api_keys (id, user_id, prefix, key_hash, created_at) VALUES "
+                    "('key_1', 'alice', 'kvm_abc', 'h1', '2026-01-01 00:00:00')",
+        "conversations": "INSERT INTO conversations (id, user_id, title, created_at, updated_at) "
+                         "VALUES ('c1', 'alice', 'hi', '2026-01-01 00:00:00', '2026-01-01 00:00:00')",
+        "messages": "INSERT INTO messages (conversation_id, role, content, created_at) VALUES "
+                    "('c1', 'user', 'hello', '2026-01-01 00:00:00')",
+    }
+    with any_engine.begin() as connection:
+        for statement in rows.values():
+            connection.exec_driver_sql(statement)
+
+    upgrade(any_engine)
+    assert current_revision(any_engine) == HEAD
+    assert {"memory_changes", "sessions", "agent_runs"} <= set(inspect(any_engine).get_table_names())
+    with any_engine.connect() as connection:
+        counts = {table: connection.exec_driver_sql(f"SELECT COUNT(*) FROM {table}").scalar()
+                  for table in [*rows, "memory_changes"]}
+    assert counts == {**dict.fromkeys(rows, 1), "memory_changes": 0}
+
+    store = MemoryStore(Database(any_engine), MemoryRules(), tokens)
+    snapshot = store.snapshot("alice")
+    assert [(e.key, e.value, e.source) for e in snapshot.entries] == [("likes", "tea", "manual")]
+    assert snapshot.memories_enabled is False
+    # The old entry has no history; its next change does, and can be undone.
+    assert store.key_history("alice", "likes") == ()
+    store.set("alice", "likes", "coffee")
+    [only] = store.key_history("alice", "likes")
+    assert (only.op, only.old_value, only.new_value, only.source) == ("set", "tea", "coffee", "manual")
+    store.revert("alice", "likes", only.id)  # already "coffee": nothing to do
+    assert store.erase_user("alice").as_json() == {
+        "deleted": {"memories": 1, "changes": 1, "conversations": 1, "messages": 1,
+                    "keys": 1, "sessions": 0, "agent_runs": 0}
+    }
