@@ -342,9 +342,20 @@ def test_keys_mode_asks_for_a_key_and_shows_why_one_is_refused(
         "the API key is not valid (unknown or revoked)")
     assert page.evaluate("sessionStorage.getItem('kvmem.token')") is None
 
-    field.fill(user.session())
+    token = user.session()
+    field.fill(token)
     page.get_by_role("button", name="Continue").click()
     expect(item(page, "user_preferences")).to_contain_text("Metric units.")
+
+    # The session ends while the page is open: the next action asks for a key again.
+    ended = httpx.delete(f"{keys_server.url}/sessions/current",
+                         headers={"Authorization": f"Bearer {token}"})
+    assert ended.status_code == 204
+    item(page, "user_preferences").get_by_role("button", name="Delete").click()
+    expect(page.get_by_role("region", name="Sign in").get_by_role("alert")).to_have_text(
+        "the session token is not valid (unknown, ended or expired)")
+    expect(field).to_be_focused()
+    assert user.call("GET", "/memory/user_preferences").status_code == 200
 
 
 # --- the usage bar, refusals, validKeys ------------------------------------------------

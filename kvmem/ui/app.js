@@ -54,6 +54,12 @@ async function api(method, path, body) {
   }
   if (!response.ok) {
     const error = data && data.error;
+    if (response.status === 401 && state.token) {
+      // The session ended or expired while the page was open: ask again.
+      sessionStorage.removeItem(TOKEN_STORAGE);
+      state.token = null;
+      showSignIn(error ? error.message : "");
+    }
     throw new ApiError(
       response.status,
       error ? error.code : "http_error",
@@ -197,10 +203,8 @@ async function start() {
     performance.mark("kvmem:rendered");
   } catch (error) {
     if (error.status === 401) {
-      const hadToken = Boolean(state.token);
-      sessionStorage.removeItem(TOKEN_STORAGE);
-      state.token = null;
-      showSignIn(hadToken ? error.message : "");
+      // api() has dropped the refused token; without one, the sign-in form says why.
+      showSignIn(error.message);
     } else {
       $("app").hidden = true;
       $("page-state").hidden = false;
@@ -316,7 +320,7 @@ function beginEdit(entry) {
   const field = $("entry-key");
   if (field.tagName === "SELECT" && ![...field.options].some((o) => o.value === entry.key)) {
     // A key stored before validKeys changed: shown so that the server can say why it is refused.
-    field.append(element("option", { value: entry.key, text: entry.key }));
+    field.append(element("option", { value: entry.key, text: entry.key, "data-extra": "" }));
   }
   field.value = entry.key;
   field.disabled = field.tagName === "SELECT";
@@ -333,6 +337,7 @@ function beginEdit(entry) {
 function endEdit() {
   state.editing = null;
   const field = $("entry-key");
+  for (const option of field.querySelectorAll("option[data-extra]")) option.remove();
   field.disabled = false;
   field.readOnly = false;
   field.value = "";
