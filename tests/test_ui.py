@@ -415,7 +415,7 @@ def test_with_valid_keys_the_key_is_a_choice_and_an_old_key_is_refused_by_the_se
     veteran = User(keys_server, "veteran")
     page, _ = open_as(open_page, veteran, expected_statuses=(422,))
     key = page.get_by_role("combobox", name="Key")
-    assert key.locator("option").all_inner_texts() == ["Choose a key…", *VALID_KEYS]
+    assert key.get_by_role("option").all_inner_texts() == ["Choose a key…", *VALID_KEYS]
 
     item(page, "hobby").get_by_role("button", name="Edit").click()
     save(page, None, "Bouldering on Saturdays.")
@@ -644,3 +644,11 @@ def test_the_page_benchmark_still_runs(keys_server: ServeProcess, browser: Brows
     times = load_to_render(browser, f"{keys_server.url}/ui#token={user.session()}", 1,
                            len(VALID_KEYS))
     assert len(times) == 1 and times[0] > 0
+
+
+def test_with_memory_disabled_the_page_says_so(make_server: Callable[..., Any], open_page: Any) -> None:
+    server = make_server(memory={"disabled": True})
+    page, _ = open_page(f"{server.url}/ui", expected_statuses=(403,))
+    expect(page.get_by_role("status").filter(has_text="Memory is turned off on this server.")).to_be_visible()
+    expect(form(page)).to_be_hidden()
+    expect(memories(page)).to_be_hidden()
