@@ -250,6 +250,8 @@ function renderUsage({ total_tokens: total, token_limit: limit, usage_percentage
   const shown = Math.min(percent, 100);
   bar.hidden = false;
   bar.setAttribute("aria-valuenow", String(percent));
+  // Above 100 % when tokenLimit was lowered below what is stored; the range must hold it.
+  bar.setAttribute("aria-valuemax", String(Math.max(100, percent)));
   bar.setAttribute("aria-valuetext", `${percent}% (${total} of ${limit} tokens)`);
   bar.classList.toggle("warn", percent >= 80 && percent < 100);
   bar.classList.toggle("full", percent >= 100);
