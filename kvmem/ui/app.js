@@ -374,6 +374,11 @@ async function saveEntry(event) {
 // --- delete and undo -------------------------------------------------------------------
 
 function announce(message, ...extra) {
+  if (state.undo && extra.length === 0) {
+    // A newer message replaces an Undo offer; its timer must not clear that message later.
+    clearTimeout(state.undo.timer);
+    state.undo = null;
+  }
   $("status").replaceChildren(element("span", { text: message }), ...extra);
 }
 
