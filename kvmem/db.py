@@ -32,6 +32,7 @@ from kvmem.tables import User, utcnow
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 _WRITE = "kvmem_write"
+LOCK_USER_ATTEMPTS = 20
 # PostgreSQL: undefined_table, undefined_column, read_only_sql_transaction.
 _UNAVAILABLE_STATES = {"42P01", "42703", "25006"}
 
@@ -126,8 +127,15 @@ class Database:
         if self.dialect == "sqlite":
             session.execute(sqlite_insert(User).values(values).on_conflict_do_nothing())
         elif self.dialect == "postgresql":
-            session.execute(pg_insert(User).values(values).on_conflict_do_nothing())
-            session.execute(select(User.id).where(User.id == user_id).with_for_update())
+            # A user being erased (DELETE /me) still has its row when the insert looks, and
+            # no longer when the lock is granted: then insert again, now that it is gone
+            # (again, if another erasure got the lock first: erasures are rare, this is bound).
+            for _attempt in range(LOCK_USER_ATTEMPTS):
+                session.execute(pg_insert(User).values(values).on_conflict_do_nothing())
+                locked = select(User.id).where(User.id == user_id).with_for_update()
+                if session.execute(locked).first() is not None:
+                    return
+            raise StoreUnavailable(f"could not lock user {user_id!r}: it keeps being erased")
         elif session.get(User, user_id, with_for_update=True) is None:
             session.execute(insert(User).values(values))
 

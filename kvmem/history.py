@@ -5,14 +5,18 @@ same transaction as the write it describes and the two commit or roll back toget
 knows nothing of HTTP. Every query is scoped by user.
 
 Retention: with `keep_days` N, a change older than N days is never shown, and the user's
-expired changes are deleted in their next write transaction (one indexed look at the user's
-oldest change decides whether there is anything to delete). `keep_days: 0` records nothing.
+expired changes are deleted in their next write transaction. One indexed look at the user's
+oldest change decides whether there is anything to delete, and tells when there next can be
+(that change's time + N days): until then the write path does not look again. Another
+process can only add newer changes or delete some, so that moment never comes sooner.
+`keep_days: 0` records nothing.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import delete, insert, select
@@ -25,6 +29,9 @@ ChangeSource = Literal["manual", "agent", "import", "revert", "mcp"]
 
 # The largest id a change can have (PostgreSQL's INTEGER); larger ids name no change.
 MAX_CHANGE_ID = 2**31 - 1
+# Users whose next prune time is remembered; past this many the memory starts over.
+PRUNE_MEMORY_USERS = 100_000
+NEVER = datetime.max.replace(tzinfo=UTC)
 
 
 def iso(moment: datetime) -> str:
@@ -83,11 +90,16 @@ _COLUMNS = (
 )
 
 
+_INSERT = insert(MemoryChange)
+
+
 class ChangeLog:
     """Records, prunes and reads users' changes under one retention period."""
 
     def __init__(self, keep_days: int = 90) -> None:
         self.keep_days = keep_days
+        self._next_prune: dict[str, datetime] = {}  # user: no change of theirs expires before
+        self._lock = threading.Lock()
 
     @property
     def enabled(self) -> bool:
@@ -112,17 +124,19 @@ class ChangeLog:
         """Record one change in the session's transaction; its id (None when not kept)."""
         if not self.enabled:
             return None
-        result = session.execute(
-            insert(MemoryChange).values(
-                user_id=user_id,
-                key=key,
-                op=op,
-                old_value=old_value,
-                new_value=new_value,
-                source=source,
-                conversation_id=conversation_id,
-                at=utcnow(),
-            )
+        # One prebuilt statement with bound values: no construct to build and key per write.
+        result = session.connection().execute(
+            _INSERT,
+            {
+                "user_id": user_id,
+                "key": key,
+                "op": op,
+                "old_value": old_value,
+                "new_value": new_value,
+                "source": source,
+                "conversation_id": conversation_id,
+                "at": utcnow(),
+            },
         )
         return result.inserted_primary_key[0]
 
@@ -138,24 +152,43 @@ class ChangeLog:
         session.execute(insert(MemoryChange), rows)
 
     def prune(self, session: Session, user_id: str) -> int:
-        """Delete the user's expired changes; how many. Cheap when there are none."""
-        cutoff = self.cutoff()
-        # Ids grow with time, so the user's first change by id is (about) the oldest: one
-        # index lookup answers "is anything expired?" on every write.
+        """Delete the user's expired changes; how many. Free until one can have expired."""
+        now = utcnow()
+        with self._lock:
+            due = self._next_prune.get(user_id)
+        if due is not None and now < due:
+            return 0
+        cutoff = now - timedelta(days=self.keep_days)
+        # Ids grow with time, so the user's first change by id is (about) the oldest.
         oldest = session.scalar(
             select(MemoryChange.at)
             .where(MemoryChange.user_id == user_id)
             .order_by(MemoryChange.id)
             .limit(1)
         )
-        if oldest is None or oldest >= cutoff:
-            return 0
-        result = session.execute(
-            delete(MemoryChange).where(
-                MemoryChange.user_id == user_id, MemoryChange.at < cutoff
+        if oldest is not None and oldest < cutoff:
+            result = session.execute(
+                delete(MemoryChange).where(
+                    MemoryChange.user_id == user_id, MemoryChange.at < cutoff
+                )
             )
-        )
-        return result.rowcount
+            with self._lock:  # the oldest one left is not known: look again next time
+                self._next_prune.pop(user_id, None)
+            return result.rowcount
+        self._remember(user_id, now, oldest)
+        return 0
+
+    def _remember(self, user_id: str, now: datetime, oldest: datetime | None) -> None:
+        if oldest is not None:
+            due = oldest + timedelta(days=self.keep_days)
+        elif self.enabled:
+            due = now + timedelta(days=self.keep_days)  # the next change is recorded after now
+        else:
+            due = NEVER  # none left, and none will be recorded
+        with self._lock:
+            if len(self._next_prune) >= PRUNE_MEMORY_USERS:
+                self._next_prune.clear()
+            self._next_prune[user_id] = due
 
     def page(
         self,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -12,8 +13,10 @@ import pytest
 from sqlalchemy import func, insert, select
 from starlette.testclient import TestClient
 
+from kvmem.config_loader import load_config
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
+from kvmem.errors import ConfigError
 from kvmem.tables import (
     AgentRunRecord,
     Base,
@@ -784,4 +787,70 @@ def test_an_erased_user_seen_again_starts_empty(make_client: MakeClient) -> None
     assert client.delete("/me").json() == {
         "deleted": {"memories": 1, "changes": 1, "conversations": 0, "messages": 0,
                     "keys": 0, "sessions": 0, "agent_runs": 0}
+    }
+
+
+# --- config ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("memory: {history: {keep_days: -1}}\n",
+         "memory.history.keep_days: Input should be greater than or equal to 0 (got -1)"),
+        ("memory: {history: {keep_days: forever}}\n",
+         "memory.history.keep_days: Input should be a valid integer, unable to parse string as an integer (got 'forever')"),
+        ("memory: {history: {keepDays: 5}}\n",
+         "memory.history.keepDays: unknown field; did you mean 'keep_days'?"),
+    ],
+)
+def test_keep_days_must_be_a_whole_number_of_days(
+    write_config: Callable[..., Any], text: str, problem: str
+) -> None:
+    path = write_config(text)
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, environ={})
+    assert str(raised.value) == f"{path}: invalid config:\n  {problem}"
+
+
+def test_keep_days_defaults_to_90_and_context_stays_an_ordinary_key(
+    write_config: Callable[..., Any],
+) -> None:
+    """LibreChat's examples use validKeys 'context': only 'history' and 'export' are taken."""
+    config = load_config(write_config("memory: {validKeys: [context, facts]}\n"), environ={}).config
+    assert (config.memory.history.keep_days, config.memory.valid_keys) == (90, ["context", "facts"])
+
+
+def test_erasing_a_user_while_they_write_leaves_a_consistent_user(make_client: MakeClient) -> None:
+    """Writes racing `DELETE /me` either land before it (and are erased) or after it (and are
+    kept whole, with their history); none fails, and the history still replays to the
+    entries."""
+    client = make_client()
+    stop = threading.Event()
+    statuses: list[int] = []
+
+    def writer(number: int) -> None:
+        count = 0
+        while not stop.is_set():
+            count += 1
+            response = client.put(f"/memory/k{number}", json={"value": f"w{number} v{count}"})
+            statuses.append(response.status_code)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    erasures = [client.delete("/me") for _ in range(5)]
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert [r.status_code for r in erasures] == [200] * 5
+    assert set(statuses) <= {200, 201} and statuses
+    changes = client.get("/memory/history", params={"limit": 500}).json()["changes"]
+    replayed: dict[str, str | None] = {}
+    for one in sorted(changes, key=lambda c: c["id"]):
+        assert one["old_value"] == replayed.get(one["key"]), one
+        replayed[one["key"]] = one["new_value"]
+    listing = client.get("/memory").json()
+    assert {m["key"]: m["value"] for m in listing["memories"]} == {
+        k: v for k, v in replayed.items() if v is not None
     }

@@ -241,3 +241,16 @@ def test_a_session_acts_for_its_own_user_only(make_client: MakeClient, keys: Key
         200, entry("diary", "alice's diary", 3))
     # A token that was never minted, of the right shape, is refused like an ended one.
     assert answer(client.get("/memory", headers=bearer("kvs_" + "A" * 43))) == (401, NOT_VALID)
+
+
+def test_delete_me_with_a_session_erases_the_user_and_ends_every_session(
+    make_client: MakeClient, keys: KeyStore
+) -> None:
+    client = make_client(auth=KEYS_MODE)
+    _, alice_key = keys.create("alice")
+    first, second = mint(client, bearer(alice_key)), mint(client, bearer(alice_key))
+    client.put("/memory/fact", json={"value": "likes tea"}, headers=bearer(first))
+    erased = client.delete("/me", headers=bearer(first))
+    assert erased.status_code == 200, erased.text
+    assert (erased.json()["deleted"]["memories"], erased.json()["deleted"]["sessions"]) == (1, 2)
+    assert answer(client.get("/memory", headers=bearer(second))) == (401, NOT_VALID)

@@ -14,6 +14,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -318,6 +319,11 @@ def test_keys_mode_takes_the_token_from_the_fragment_and_hides_it(
     ended = httpx.get(f"{keys_server.url}/memory", headers={"Authorization": f"Bearer {token}"})
     assert ended.status_code == 401
 
+    # A link followed from the open page changes only the fragment: no reload, still read.
+    page.goto(f"{keys_server.url}/ui#token={user.session()}")
+    expect(item(page, "personal_info")).to_contain_text("Name: Ada.")
+    assert page.url == f"{keys_server.url}/ui"
+
 
 def test_keys_mode_asks_for_a_key_and_shows_why_one_is_refused(
     keys_server: ServeProcess, open_page: Any
@@ -336,9 +342,20 @@ def test_keys_mode_asks_for_a_key_and_shows_why_one_is_refused(
         "the API key is not valid (unknown or revoked)")
     assert page.evaluate("sessionStorage.getItem('kvmem.token')") is None
 
-    field.fill(user.session())
+    token = user.session()
+    field.fill(token)
     page.get_by_role("button", name="Continue").click()
     expect(item(page, "user_preferences")).to_contain_text("Metric units.")
+
+    # The session ends while the page is open: the next action asks for a key again.
+    ended = httpx.delete(f"{keys_server.url}/sessions/current",
+                         headers={"Authorization": f"Bearer {token}"})
+    assert ended.status_code == 204
+    item(page, "user_preferences").get_by_role("button", name="Delete").click()
+    expect(page.get_by_role("region", name="Sign in").get_by_role("alert")).to_have_text(
+        "the session token is not valid (unknown, ended or expired)")
+    expect(field).to_be_focused()
+    assert user.call("GET", "/memory/user_preferences").status_code == 200
 
 
 # --- the usage bar, refusals, validKeys ------------------------------------------------
@@ -398,7 +415,7 @@ def test_with_valid_keys_the_key_is_a_choice_and_an_old_key_is_refused_by_the_se
     veteran = User(keys_server, "veteran")
     page, _ = open_as(open_page, veteran, expected_statuses=(422,))
     key = page.get_by_role("combobox", name="Key")
-    assert key.locator("option").all_inner_texts() == ["Choose a key…", *VALID_KEYS]
+    assert key.get_by_role("option").all_inner_texts() == ["Choose a key…", *VALID_KEYS]
 
     item(page, "hobby").get_by_role("button", name="Edit").click()
     save(page, None, "Bouldering on Saturdays.")
@@ -434,7 +451,9 @@ def test_delete_removes_at_once_and_undo_brings_it_back_for_ten_seconds(
     assert [(c["op"], c["source"]) for c in changes] == [
         ("set", "revert"), ("delete", "manual"), ("set", "manual")]
 
-    # The offer lasts ten seconds.
+    # The offer lasts ten seconds (of the page's clock, stopped here so that a slow
+    # machine's real seconds do not count).
+    page.clock.pause_at(datetime.now() + timedelta(seconds=2))
     item(page, "learned_facts").get_by_role("button", name="Delete").click()
     expect(undo).to_be_visible()
     page.clock.run_for(9_900)
@@ -613,3 +632,23 @@ def test_the_page_fits_a_360px_screen_in_dark_mode(keys_server: ServeProcess, op
     for name in ("Export", "Import", "Clear all", "Save"):
         box = page.get_by_role("button", name=name, exact=True).bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 360, name
+
+
+def test_the_page_benchmark_still_runs(keys_server: ServeProcess, browser: Browser) -> None:
+    """`python -m tests.bench.ui` measures with this function; its number is not checked."""
+    from tests.bench.ui import load_to_render
+
+    user = User(keys_server)
+    for key in VALID_KEYS:
+        user.put(key, "A value.")
+    times = load_to_render(browser, f"{keys_server.url}/ui#token={user.session()}", 1,
+                           len(VALID_KEYS))
+    assert len(times) == 1 and times[0] > 0
+
+
+def test_with_memory_disabled_the_page_says_so(make_server: Callable[..., Any], open_page: Any) -> None:
+    server = make_server(memory={"disabled": True})
+    page, _ = open_page(f"{server.url}/ui", expected_statuses=(403,))
+    expect(page.get_by_role("status").filter(has_text="Memory is turned off on this server.")).to_be_visible()
+    expect(form(page)).to_be_hidden()
+    expect(memories(page)).to_be_hidden()

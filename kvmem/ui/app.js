@@ -54,6 +54,12 @@ async function api(method, path, body) {
   }
   if (!response.ok) {
     const error = data && data.error;
+    if (response.status === 401 && state.token) {
+      // The session ended or expired while the page was open: ask again.
+      sessionStorage.removeItem(TOKEN_STORAGE);
+      state.token = null;
+      showSignIn(error ? error.message : "");
+    }
     throw new ApiError(
       response.status,
       error ? error.code : "http_error",
@@ -84,8 +90,16 @@ function showMessage(node, message) {
   node.hidden = !message;
 }
 
-const relative = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
-const exact = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+// Building these loads locale data (tens of ms in a fresh tab), so it is done while the
+// first API requests are in flight, not before they are sent.
+let formats = null;
+function format() {
+  formats ??= {
+    relative: new Intl.RelativeTimeFormat(undefined, { numeric: "auto" }),
+    exact: new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" }),
+  };
+  return formats;
+}
 const STEPS = [
   ["year", 365 * 86400],
   ["month", 30 * 86400],
@@ -100,14 +114,14 @@ function relativeTime(iso) {
   if (Math.abs(seconds) < 45) return "just now";
   for (const [unit, size] of STEPS) {
     if (Math.abs(seconds) >= size || unit === "minute") {
-      return relative.format(Math.round(seconds / size), unit);
+      return format().relative.format(Math.round(seconds / size), unit);
     }
   }
   return "just now";
 }
 
 function timeElement(iso) {
-  return element("time", { datetime: iso, title: exact.format(new Date(iso)), text: relativeTime(iso) });
+  return element("time", { datetime: iso, title: format().exact.format(new Date(iso)), text: relativeTime(iso) });
 }
 
 function refreshTimes() {
@@ -130,10 +144,11 @@ const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
 
 function takeTokenFromFragment() {
   const match = /(?:^#|&)token=([^&]*)/.exec(location.hash);
-  if (!match) return;
+  if (!match) return false;
   sessionStorage.setItem(TOKEN_STORAGE, decodeURIComponent(match[1]));
   // The token must not stay in the address bar, the history or a bookmark.
   history.replaceState(null, "", location.pathname + location.search);
+  return true;
 }
 
 function showSignIn(message) {
@@ -176,7 +191,9 @@ async function start() {
     return;
   }
   try {
-    const [overview, preferences] = await Promise.all([api("GET", "/memory"), loadPreferences()]);
+    const loading = Promise.all([api("GET", "/memory"), loadPreferences()]);
+    format();
+    const [overview, preferences] = await loading;
     $("sign-in").hidden = true;
     $("page-state").hidden = true;
     $("app").hidden = false;
@@ -186,10 +203,8 @@ async function start() {
     performance.mark("kvmem:rendered");
   } catch (error) {
     if (error.status === 401) {
-      const hadToken = Boolean(state.token);
-      sessionStorage.removeItem(TOKEN_STORAGE);
-      state.token = null;
-      showSignIn(hadToken ? error.message : "");
+      // api() has dropped the refused token; without one, the sign-in form says why.
+      showSignIn(error.message);
     } else {
       $("app").hidden = true;
       $("page-state").hidden = false;
@@ -235,6 +250,8 @@ function renderUsage({ total_tokens: total, token_limit: limit, usage_percentage
   const shown = Math.min(percent, 100);
   bar.hidden = false;
   bar.setAttribute("aria-valuenow", String(percent));
+  // Above 100 % when tokenLimit was lowered below what is stored; the range must hold it.
+  bar.setAttribute("aria-valuemax", String(Math.max(100, percent)));
   bar.setAttribute("aria-valuetext", `${percent}% (${total} of ${limit} tokens)`);
   bar.classList.toggle("warn", percent >= 80 && percent < 100);
   bar.classList.toggle("full", percent >= 100);
@@ -305,7 +322,7 @@ function beginEdit(entry) {
   const field = $("entry-key");
   if (field.tagName === "SELECT" && ![...field.options].some((o) => o.value === entry.key)) {
     // A key stored before validKeys changed: shown so that the server can say why it is refused.
-    field.append(element("option", { value: entry.key, text: entry.key }));
+    field.append(element("option", { value: entry.key, text: entry.key, "data-extra": "" }));
   }
   field.value = entry.key;
   field.disabled = field.tagName === "SELECT";
@@ -322,6 +339,7 @@ function beginEdit(entry) {
 function endEdit() {
   state.editing = null;
   const field = $("entry-key");
+  for (const option of field.querySelectorAll("option[data-extra]")) option.remove();
   field.disabled = false;
   field.readOnly = false;
   field.value = "";
@@ -356,6 +374,11 @@ async function saveEntry(event) {
 // --- delete and undo -------------------------------------------------------------------
 
 function announce(message, ...extra) {
+  if (state.undo && extra.length === 0) {
+    // A newer message replaces an Undo offer; its timer must not clear that message later.
+    clearTimeout(state.undo.timer);
+    state.undo = null;
+  }
   $("status").replaceChildren(element("span", { text: message }), ...extra);
 }
 
@@ -475,7 +498,7 @@ async function restoreChange(key, change) {
   try {
     await api("POST", `${keyPath(key)}/revert`, { to: change.id });
     await reload();
-    announce(`Restored “${key}” to its value from ${exact.format(new Date(change.at))}.`);
+    announce(`Restored “${key}” to its value from ${format().exact.format(new Date(change.at))}.`);
     if (state.overview.memories.some((entry) => entry.key === key)) {
       await renderHistory();
     } else {
@@ -573,6 +596,12 @@ function wire() {
   $("clear-confirm").addEventListener("click", clearAll);
   $("history-close").addEventListener("click", () => $("history-dialog").close());
   setInterval(refreshTimes, 60_000);
+  // A link with #token= followed from this very page changes only the fragment: no reload.
+  window.addEventListener("hashchange", () => {
+    if (!takeTokenFromFragment()) return;
+    state.token = sessionStorage.getItem(TOKEN_STORAGE);
+    start();
+  });
 }
 
 takeTokenFromFragment();
