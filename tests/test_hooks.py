@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -327,3 +330,16 @@ def test_agent_bad_input_is_400_and_calls_no_model(upstream, chat_sections, make
     assert (response.status_code, response.json()) == (
         400, {"error": {"code": "bad_request", "message": message}})
     assert upstream.requests == []
+
+
+def test_the_context_benchmark_runs(tmp_path):
+    """`python -m tests.bench.context_hook --quick` runs against a real server (numbers unchecked)."""
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.bench.context_hook", "--quick", "--out", str(tmp_path)],
+        cwd=repo, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((tmp_path / "context_hook.json").read_text())
+    assert (results["entries"], results["mode"]) == (200, "quick")
+    assert [(results[c]["n"], results[c]["errors"]) for c in ("c1", "c32")] == [(100, 0), (320, 0)]
