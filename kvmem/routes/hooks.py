@@ -78,6 +78,7 @@ class AgentRequest(RequestBody):
 
 
 async def memory_context(request: Request) -> Response:
+    """The block kvmem would inject for this user now, and the given system text with it."""
     services = services_of(request)
     user = await user_of(request)
     raw = await read_body(request, services.config.server.max_body_bytes)
@@ -95,6 +96,7 @@ async def memory_context(request: Request) -> Response:
 
 
 async def memory_agent(request: Request) -> Response:
+    """Run the memory agent on the given messages, waiting for it or not."""
     arrived = time.monotonic()  # the deadline counts from here, body reading included
     services = services_of(request)
     user = await user_of(request)

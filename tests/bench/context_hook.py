@@ -111,6 +111,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main() -> int:
+    """Run the benchmark; exit 1 if any request failed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few requests, to prove it runs")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for context_hook.json")
