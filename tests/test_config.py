@@ -361,7 +361,7 @@ def test_wrongly_typed_secrets_are_not_echoed(write_config: WriteConfig, text: s
     assert str(raised.value) == f"{path}: invalid config:\n  {problem}"
 
 
-@pytest.mark.parametrize("bad", ["Bad-Key", "nothing", "1abc", "a" * 129, "", "with space"])
+@pytest.mark.parametrize("bad", ["Bad-Key", "nothing", "history", "export", "1abc", "a" * 129, "", "with space"])
 def test_invalid_valid_keys_are_refused(write_config: WriteConfig, bad: str) -> None:
     path = write_config(f"memory:\n  validKeys: ['fine', '{bad}']\n")
     with pytest.raises(ConfigError) as raised:

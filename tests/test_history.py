@@ -12,8 +12,10 @@ import pytest
 from sqlalchemy import func, insert, select
 from starlette.testclient import TestClient
 
+from kvmem.config_loader import load_config
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
+from kvmem.errors import ConfigError
 from kvmem.tables import (
     AgentRunRecord,
     Base,
@@ -785,3 +787,34 @@ def test_an_erased_user_seen_again_starts_empty(make_client: MakeClient) -> None
         "deleted": {"memories": 1, "changes": 1, "conversations": 0, "messages": 0,
                     "keys": 0, "sessions": 0, "agent_runs": 0}
     }
+
+
+# --- config ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("memory: {history: {keep_days: -1}}\n",
+         "memory.history.keep_days: Input should be greater than or equal to 0 (got -1)"),
+        ("memory: {history: {keep_days: forever}}\n",
+         "memory.history.keep_days: Input should be a valid integer, unable to parse string as an integer (got 'forever')"),
+        ("memory: {history: {keepDays: 5}}\n",
+         "memory.history.keepDays: unknown field; did you mean 'keep_days'?"),
+    ],
+)
+def test_keep_days_must_be_a_whole_number_of_days(
+    write_config: Callable[..., Any], text: str, problem: str
+) -> None:
+    path = write_config(text)
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, environ={})
+    assert str(raised.value) == f"{path}: invalid config:\n  {problem}"
+
+
+def test_keep_days_defaults_to_90_and_context_stays_an_ordinary_key(
+    write_config: Callable[..., Any],
+) -> None:
+    """LibreChat's examples use validKeys 'context': only 'history' and 'export' are taken."""
+    config = load_config(write_config("memory: {validKeys: [context, facts]}\n"), environ={}).config
+    assert (config.memory.history.keep_days, config.memory.valid_keys) == (90, ["context", "facts"])

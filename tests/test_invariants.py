@@ -1,7 +1,8 @@
 """Store invariants: under a seeded random mix of concurrent REST writes, agent writes (from a
-second engine, as another process would), deletes, clears and imports, and in a sequential
-model check of MemoryStore against a dict, the total never passes tokenLimit, keys stay
-unique, token counts equal a recount, and clients only ever see the expected answers."""
+second engine, as another process would), deletes, clears, imports and reverts, and in a
+sequential model check of MemoryStore against a dict, the total never passes tokenLimit,
+keys stay unique, token counts equal a recount, clients only ever see the expected answers,
+and the history is complete: replaying each key's changes in id order gives its value."""
 
 from __future__ import annotations
 
@@ -55,10 +56,12 @@ EXPECTED = {
     "agent_delete": {"ok", "NotFound"},
     "import": {"ok", "MemoryFull"},
     "other_set": {"ok", "MemoryFull"},
+    # 404: the change was cleared (DELETE /memory) between reading the history and reverting.
+    "rest_revert": {200, 404, 409},
 }
 WEIGHTS = {
     "rest_put": 30, "agent_set": 25, "rest_delete": 10, "agent_delete": 8, "rest_clear": 2,
-    "import": 8, "rest_read": 10, "other_set": 7,
+    "import": 8, "rest_read": 10, "other_set": 7, "rest_revert": 8,
 }
 
 
@@ -70,6 +73,7 @@ class Journal:
     outcomes: list[tuple[str, Any]] = field(default_factory=list)
     written: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # value: user, key, source
     problems: list[str] = field(default_factory=list)
+    reverts: set[str] = field(default_factory=set)  # values a revert wrote back
 
     def note(self, op: str, outcome: Any, detail: str = "") -> None:
         with self.lock:
@@ -80,6 +84,10 @@ class Journal:
     def wrote(self, value: str, user: str, key: str, source: str) -> None:
         with self.lock:
             self.written[value] = (user, key, source)
+
+    def reverted(self, value: str) -> None:
+        with self.lock:
+            self.reverts.add(value)
 
     def problem(self, text: str) -> None:
         with self.lock:
@@ -150,6 +158,16 @@ def run_thread(number: int, client: TestClient, store: MemoryStore, journal: Jou
             elif op == "agent_delete":
                 store.delete("local", key)
                 journal.note(op, "ok")
+            elif op == "rest_revert":
+                changes = client.get("/memory/history", params={"limit": 10}).json()["changes"]
+                if not changes:
+                    journal.note(op, 404)
+                    continue
+                target = rng.choice(changes)
+                response = client.post(f"/memory/{target['key']}/revert", json={"to": target["id"]})
+                journal.note(op, response.status_code, response.text)
+                if response.status_code == 200 and target["new_value"] is not None:
+                    journal.reverted(target["new_value"])
             elif op == "import":
                 keys = rng.sample(KEYS, rng.randint(1, 3))  # a key twice would be refused
                 items = [(k, value_of(rng, f"{tag}i{i}")) for i, k in enumerate(keys)]
@@ -190,6 +208,7 @@ def test_a_random_concurrent_mix_keeps_every_invariant(
     seen = {outcome for _, outcome in journal.outcomes}
     # The run exercised what it claims to: writes that land and writes that are refused.
     assert {201, 409, "ok", "MemoryFull"} <= seen
+    assert ("rest_revert", 200) in journal.outcomes
 
     for user in ("local", OTHER_USER):
         entries = store.snapshot(user).entries
@@ -198,8 +217,13 @@ def test_a_random_concurrent_mix_keeps_every_invariant(
         assert sum(entry.token_count for entry in entries) <= TOKEN_LIMIT
         for entry in entries:
             assert entry.token_count == tokens.count(entry.value)
-            # Every stored value is one an acknowledged write put there, under its key.
-            assert journal.written.get(entry.value) == (user, entry.key, entry.source)
+            # Every stored value is one an acknowledged write put there, under its key (or
+            # that a revert put back).
+            user_key_source = journal.written.get(entry.value)
+            if entry.source == "revert" and entry.value in journal.reverts:
+                assert user_key_source is not None and user_key_source[:2] == (user, entry.key)
+            else:
+                assert user_key_source == (user, entry.key, entry.source)
     listing = client.get("/memory").json()
     assert listing["total_tokens"] == sum(m["token_count"] for m in listing["memories"])
     with database.engine.connect() as connection:
@@ -367,6 +391,35 @@ def test_memory_store_matches_a_dict_model(
             unchanged = {k: self.model[k] for k, v in incoming.items()
                          if k in self.model and self.model[k][0] == v}
             self.model = {**kept, **{k: (v, "import") for k, v in incoming.items()}, **unchanged}
+
+        @rule(data=st.data())
+        def revert(self, data: st.DataObject) -> None:
+            changes = store.history(self.user, limit=500).changes
+            if not changes:
+                with pytest.raises(NotFound):
+                    store.revert(self.user, "a", 1)  # if change 1 exists, it is another user's
+                return
+            target = data.draw(st.sampled_from(changes))
+            other_key = next(k for k in MODEL_VALID_KEYS if k != target.key)
+            with pytest.raises(NotFound):
+                store.revert(self.user, other_key, target.id)
+            key, value = target.key, target.new_value
+            if value is None:
+                assert store.revert(self.user, key, target.id).entry is None
+                self.model.pop(key, None)
+                return
+            if key in self.model and self.model[key][0] == value:
+                assert store.revert(self.user, key, target.id).entry.source == self.model[key][1]
+                return
+            replaced = tokens.count(self.model[key][0]) if key in self.model else 0
+            if self.total() - replaced + tokens.count(value) > MODEL_LIMIT:
+                with pytest.raises(MemoryFull):
+                    store.revert(self.user, key, target.id)
+                return
+            reverted = store.revert(self.user, key, target.id)
+            assert (reverted.entry.value, reverted.entry.source) == (value, "revert")
+            self.model[key] = (value, "revert")
+            assert reverted.total_tokens == self.total()
 
         @rule(key=model_keys)
         def get(self, key: str) -> None:

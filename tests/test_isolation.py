@@ -110,7 +110,8 @@ class World:
     def view_of_alice(self) -> dict[str, Any]:
         """Everything alice can read, byte for byte."""
         paths = ["/memory", "/memory/diary", "/memory/health", "/preferences", "/conversations",
-                 f"/conversations/{self.conversation}"]
+                 f"/conversations/{self.conversation}", "/memory/history",
+                 "/memory/diary/history"]
         return {path: raw(self.client.get(path, headers=self.alice)) for path in paths}
 
 
@@ -191,6 +192,44 @@ def test_memory_routes_never_reach_the_other_user(world: World, how: str) -> Non
 
 
 @pytest.mark.parametrize("how", list(BOB_CREDENTIALS))
+def test_history_export_import_and_erasure_never_reach_the_other_user(world: World, how: str) -> None:
+    client, bob = world.client, BOB_CREDENTIALS[how](world)
+    alices = client.get("/memory/history", headers=world.alice).json()["changes"]
+    assert [c["key"] for c in alices] == ["health", "diary"]  # the check below can fail
+
+    # Reads: no history, no export of hers; her key's history answers like nobody's key's.
+    assert client.get("/memory/history", headers=bob).json() == {"changes": [], "next": None}
+    assert client.get("/memory/history?key=diary", headers=bob).json() == {"changes": [], "next": None}
+    hers = client.get("/memory/diary/history", headers=bob)
+    nobodys = client.get("/memory/dummy/history", headers=bob)
+    assert without_echo(hers, "'diary'", "'dummy'") == raw(nobodys)
+    assert hers.json() == {"error": {"code": "not_found", "message": "no memory and no history with key 'diary'"}}
+    exported = client.get("/memory/export", headers=bob).json()
+    assert (exported["user"], exported["memories"]) == ("bob", [])
+
+    # Reverting to her change ids answers as an id nobody has, and changes nothing.
+    taken = {c["id"] for c in alices}
+    for change in alices:
+        digits = len(str(change["id"]))
+        unused = next(i for i in range(10 ** (digits - 1), 10**digits) if i not in taken)
+        for key in ("diary", "health"):
+            to_hers = client.post(f"/memory/{key}/revert", json={"to": change["id"]}, headers=bob)
+            to_none = client.post(f"/memory/{key}/revert", json={"to": unused}, headers=bob)
+            assert to_hers.status_code == 404
+            assert without_echo(to_hers, str(change["id"]), str(unused)) == raw(to_none)
+
+    # Writes land in bob's memory only; clearing and erasing clear only his.
+    document = {"memories": [{"key": "diary", "value": "bob's diary"}]}
+    assert client.post("/memory/import?mode=replace", json=document, headers=bob).json() == {
+        "imported": 1, "deleted": 0, "total_tokens": 3, "token_limit": TOKEN_LIMIT
+    }
+    assert client.delete("/memory/history", headers=bob).json() == {"deleted": 1}
+    erased = client.delete("/me", headers=bob)
+    assert erased.json()["deleted"]["memories"] == 1
+    assert world.view_of_alice() == world.alice_view
+
+
+@pytest.mark.parametrize("how", list(BOB_CREDENTIALS))
 def test_conversation_routes_never_reach_the_other_user(world: World, how: str) -> None:
     client, bob, upstream = world.client, BOB_CREDENTIALS[how](world), world.upstream
     hers, nobodys = world.conversation, str(uuid.uuid4())
@@ -231,6 +270,14 @@ ROUTES = [
     ("DELETE", "/memory/diary", None),
     ("GET", "/preferences", None),
     ("PATCH", "/preferences", {"memories": True}),
+    ("GET", "/memory/history", None),
+    ("DELETE", "/memory/history", None),
+    ("GET", "/memory/diary/history", None),
+    ("POST", "/memory/diary/revert", {"to": 1}),
+    ("GET", "/memory/export", None),
+    ("POST", "/memory/import", {"memories": [{"key": "diary", "value": "overwritten"}]}),
+    ("POST", "/memory/import?mode=replace", {"memories": []}),
+    ("DELETE", "/me", None),
     ("POST", "/chat", {"message": "hi"}),
     ("GET", "/conversations", None),
     ("GET", "/conversations/{conversation}", None),
@@ -550,7 +597,9 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
     conversation_ids = [*cast.conversations.values(), str(uuid.uuid4())]
     route = draw(st.sampled_from(["memory", "key", "key", "key", "preferences", "chat", "chat",
                                   "conversations", "conversation", "conversation", "completions",
-                                  "models", "healthz", "context", "agent", "mcp", "mcp"]))
+                                  "models", "healthz", "history", "key_history", "revert",
+                                  "revert", "export", "import", "import", "me",
+                                  "context", "agent", "mcp", "mcp"]))
     path = {
         "context": "/memory/context",
         "agent": "/memory/agent",
@@ -562,18 +611,41 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
         "completions": "/v1/chat/completions",
         "models": "/v1/models",
         "healthz": "/healthz",
+        "export": "/memory/export",
+        "me": "/me",
     }.get(route)
     if route == "key":
         path = "/memory/" + draw(path_segments(KNOWN_KEYS))
+    elif route in ("key_history", "revert"):
+        path = f"/memory/{draw(path_segments(KNOWN_KEYS))}/{route.removeprefix('key_')}"
+    elif route == "history":
+        params = draw(st.dictionaries(st.sampled_from(["key", "limit", "before"]),
+                                      st.sampled_from(KNOWN_KEYS) | st.integers(-2, 2**64).map(str)
+                                      | any_text(10), max_size=3))
+        query = "&".join(f"{name}={quote(value.encode('utf-8', 'surrogatepass'), safe='')}"
+                         for name, value in params.items())
+        path = "/memory/history" + (f"?{query}" if query else "")
+    elif route == "import":
+        mode = draw(st.sampled_from(["", "?mode=merge", "?mode=replace", "?mode=nope"]))
+        path = "/memory/import" + mode
     elif route == "conversation":
         path = "/conversations/" + draw(path_segments(conversation_ids))
     usual = {"key": "PUT", "preferences": "PATCH", "chat": "POST", "completions": "POST",
+             "revert": "POST", "import": "POST", "me": "DELETE",
              "context": "POST", "agent": "POST", "mcp": "POST"}.get(route, "GET")
     method = draw(st.sampled_from([usual, usual, usual, "GET", "PUT", "DELETE", "PATCH", "POST",
                                    "HEAD", "OPTIONS"]))
     shaped = {
         "key": st.fixed_dictionaries({"value": any_text()}, optional={"source": json_values()}),
         "preferences": st.fixed_dictionaries({"memories": st.booleans() | json_values()}),
+        "revert": st.fixed_dictionaries({"to": st.integers(-2, 2**64) | json_values()}),
+        "import": st.fixed_dictionaries(
+            {"memories": st.lists(st.fixed_dictionaries(
+                {"key": st.sampled_from(KNOWN_KEYS) | any_text(12), "value": any_text()},
+                optional={"source": json_values()}), max_size=4) | json_values()},
+            optional={"format": st.just("kvmem.memory.v1") | json_values(),
+                      "user": st.sampled_from([*FUZZ_USERS, VICTIM])},
+        ),
         "chat": st.fixed_dictionaries(
             {"message": any_text()},
             optional={
@@ -684,6 +756,7 @@ def test_fuzzed_requests_find_no_500_and_no_cross_user_read(
     victim_before = {path: raw(client.get(path, headers=service(VICTIM)))
                      for path in ("/memory", "/conversations", f"/conversations/{cast.conversations[VICTIM]}")}
     problems: dict[str, list[str]] = {}  # kind of problem: examples
+    erased: set[str | None] = set()  # users a DELETE /me erased
 
     def problem(kind: str, example: str) -> None:
         problems.setdefault(kind, []).append(example)
@@ -714,8 +787,10 @@ def test_fuzzed_requests_find_no_500_and_no_cross_user_read(
         for user, own in cast.markers.items():
             if user != acting and any(m in text for m in own):
                 problem(f"{user}'s data answered to {acting}", label)
+        if path == "/me" and method == "DELETE" and response.status_code == 200:
+            erased.add(acting)  # its user keys are gone: they answer 401 from now on
         for owner, conversation_id in cast.conversations.items():
-            others = acting not in (None, owner) and method in ("GET", "DELETE")
+            others = acting not in (None, owner, *erased) and method in ("GET", "DELETE")
             if others and path == f"/conversations/{conversation_id}" and (
                 response.status_code, response.content
             ) != (404, compact(not_found_conversation(conversation_id))):

@@ -69,6 +69,7 @@ class Plan:
     memory_path_iterations: int = 3000
     writes_single: int = 500
     writes_per_writer: int = 20  # x 50 writers
+    history_rounds: int = 4  # interleaved rounds per arm of the history-cost comparison
     agent_requests: int = 100
     agent_concurrency: int = 8
     agent_grace: float = 3.0
@@ -83,7 +84,7 @@ FULL = Plan(mode="full")
 QUICK = Plan(
     mode="quick", warmup_requests=5, c1_rounds=3, c1_requests=15, c32_rounds=2,
     c32_requests=96, stream_rounds=3, stream_requests=10, memory_path_iterations=300,
-    writes_single=100, writes_per_writer=4, agent_requests=10, agent_concurrency=4,
+    writes_single=100, writes_per_writer=4, history_rounds=2, agent_requests=10, agent_concurrency=4,
     agent_grace=0.5, soak_seconds=8.0, soak_warmup_requests=40, soak_sample_every=1.0,
     startup_runs=1, memory_list_runs=5,
 )
@@ -183,6 +184,8 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
         step("section 4: memory writes")
         sections["writes"] = {"sqlite": await write_rounds(kvmem["kvmem_off"].url, plan),
                               "postgresql": None}
+        step("section 4: the cost of recording history (keep_days 90 vs 0, interleaved)")
+        sections["writes"]["history"] = await history_rounds(servers, upstream, plan)
         admin_url = os.environ.get(POSTGRES_ENV)
         if admin_url:
             with postgres_database(admin_url) as url:
@@ -248,6 +251,27 @@ async def write_rounds(base_url: str, plan: Plan) -> dict[str, Any]:
         "1": await writes.measure(base_url, 1, plan.writes_single, seconds=120),
         "50": await writes.measure(base_url, 50, plan.writes_per_writer, seconds=120),
     }
+
+
+async def history_rounds(servers: Fleet, upstream: Server, plan: Plan) -> dict[str, Any]:
+    """Section 4, history's cost: two fresh SQLite servers, history on (the default) and off."""
+    started = {
+        name: servers.kvmem(name, *servers.kvmem_config(
+            name, upstream, None, memory_extra={"history": {"keep_days": days}}))
+        for name, days in (("kvmem_history_on", 90), ("kvmem_history_off", 0))
+    }
+    try:
+        for server in started.values():
+            server.wait_ready(90)
+        on, off = started["kvmem_history_on"].url, started["kvmem_history_off"].url
+        return {
+            "1": await writes.history_cost(on, off, 1, plan.writes_single, plan.history_rounds),
+            "50": await writes.history_cost(on, off, 50, plan.writes_per_writer,
+                                            plan.history_rounds),
+        }
+    finally:
+        for server in started.values():
+            servers.stop(server)
 
 
 async def startup(servers: Fleet, upstream: Server, runs: int) -> tuple[Server, list[float]]:

@@ -114,7 +114,7 @@ def markdown(results: dict[str, Any]) -> str:
                    "block chars"], rows)]
     rows = []
     for backend, by_writers in sections["writes"].items():
-        if by_writers is None:
+        if by_writers is None or backend == "history":
             continue
         for row in by_writers.values():
             rows.append([backend, row["writers"], row["n"], row["puts_per_s"], row["p50_ms"],
@@ -123,6 +123,19 @@ def markdown(results: dict[str, Any]) -> str:
             table(["database", "writers", "PUTs", "PUTs/s", "p50 ms", "p99 ms", "errors"], rows)]
     if sections["writes"].get("postgresql") is None:
         out.append("\n(PostgreSQL: not measured; set KVMEM_BENCH_POSTGRES_URL to include it.)")
+    history = sections["writes"].get("history")
+    if history:
+        rows = [
+            [cost["writers"], arm, cost[arm]["n"], cost[arm]["p50_ms"], cost[arm]["mean_ms"],
+             cost[arm]["p99_ms"], cost[arm]["errors"],
+             f"{cost['slower_p50_pct']:+.1f}% / {cost['slower_mean_pct']:+.1f}%"
+             if arm == "history_on" else ""]
+            for cost in history.values() for arm in ("history_off", "history_on")
+        ]
+        out += ["", "History's cost: the same PUTs (each one a change) against two fresh SQLite "
+                "servers, memory.history.keep_days 0 and 90, rounds interleaved.", "",
+                table(["writers", "server", "PUTs", "p50 ms", "mean ms", "p99 ms", "errors",
+                       "slower (p50 / mean)"], rows)]
     bound = sections["agent_bound"]
     out += ["", "## 5. Agent bound: main response end to agent cancellation (agent model hangs)",
             "", table(["requests", "concurrency", "grace s", "max ms", "p50 ms", "p99 ms",
@@ -197,11 +210,17 @@ def checks(sections: dict[str, Any], quick: bool = False) -> list[Check]:
         found.append(Check(f"memory block for 200 entries p50 < 1 ms ({kind})",
                            f"{block:.3f} ms", "< 1 ms", block < 1.0))
     for backend, by_writers in sections["writes"].items():
-        if by_writers is None:
+        if by_writers is None or backend == "history":
             continue
         p99 = by_writers["50"]["p99_ms"]
         found.append(Check(f"50 concurrent writers p99 < 50 ms ({backend})", f"{p99:.2f} ms",
                            "< 50 ms", p99 < 50.0 and by_writers["50"]["errors"] == 0))
+    for writers, cost in (sections["writes"].get("history") or {}).items():
+        found.append(Check(
+            f"recording history: a write at most 20% slower ({writers} writer(s), p50)",
+            f"{cost['slower_p50_pct']:+.1f}%", "<= +20%",
+            cost["slower_p50_pct"] <= 20.0 and cost["history_on"]["errors"] == 0,
+        ))
     bound = sections["agent_bound"]
     found.append(Check(
         "agent cancelled within grace + 100 ms of the main response end",

@@ -215,10 +215,11 @@ class Fleet:
         )
 
     def kvmem_config(self, name: str, upstream: Server, agent: AgentSpec | None,
-                     database_url: str | None = None) -> tuple[Path, int]:
+                     database_url: str | None = None,
+                     memory_extra: dict[str, Any] | None = None) -> tuple[Path, int]:
         """Write `<name>.yaml` for a kvmem instance; (its path, its port)."""
         port = free_port()
-        memory: dict[str, Any] = {"tokenLimit": 20000}
+        memory: dict[str, Any] = {"tokenLimit": 20000, **(memory_extra or {})}
         if agent is not None:
             memory["agent"] = {
                 "enabled": True, "provider": "openai", "model": agent.model,

@@ -1,4 +1,6 @@
-"""Section 4: memory writes through the REST API, one writer and many at once."""
+"""Section 4: memory writes through the REST API, one writer and many at once; and what
+recording each write's history costs (`history_cost`: the same writes against a server with
+`memory.history.keep_days: 0` and one with the default 90, rounds interleaved)."""
 
 from __future__ import annotations
 
@@ -20,9 +22,17 @@ from tests.bench.load import (
 KEYS_PER_WRITER = 10  # each writer cycles over its own keys: creates first, then replaces
 
 
-async def measure(base_url: str, writers: int, per_writer: int, seconds: float) -> dict[str, Any]:
+async def measure(base_url: str, writers: int, per_writer: int, seconds: float,
+                  tag: str = "") -> dict[str, Any]:
     """PUT /memory/{key} from `writers` concurrent writers, `per_writer` PUTs each, each
-    writer sending its next PUT as soon as the previous one is answered."""
+    writer sending its next PUT as soon as the previous one is answered. Every PUT changes
+    its key's value (`tag` keeps repeated runs on one server from writing the same values)."""
+    row, _ = await _measure(base_url, writers, per_writer, seconds, tag)
+    return row
+
+
+async def _measure(base_url: str, writers: int, per_writer: int, seconds: float,
+                   tag: str) -> tuple[dict[str, Any], list[float]]:
     latencies: list[float] = []
     errors = 0
     samples: list[str] = []
@@ -32,7 +42,7 @@ async def measure(base_url: str, writers: int, per_writer: int, seconds: float) 
             nonlocal errors
             for index in range(per_writer):
                 key = f"bench_w{number:02d}_{index % KEYS_PER_WRITER}"
-                body = json.dumps({"value": f"Writer {number} wrote value {index}."}).encode()
+                body = json.dumps({"value": f"Writer {number} wrote value {index}{tag}."}).encode()
                 started = time.perf_counter()
                 try:
                     async with client.put(f"{base_url}/memory/{key}", data=body,
@@ -59,4 +69,32 @@ async def measure(base_url: str, writers: int, per_writer: int, seconds: float) 
         errors=errors,
         error_samples=samples,
     )
-    return row
+    return row, latencies
+
+
+async def history_cost(with_history: str, without_history: str, writers: int, per_writer: int,
+                       rounds: int) -> dict[str, Any]:
+    """The same writes against a server that records history and one that does not
+    (`keep_days: 0`), `rounds` rounds each, interleaved so that both see the same machine;
+    the pooled latencies of each, and how much slower a write is with history (p50, mean)."""
+    pooled: dict[str, list[float]] = {"on": [], "off": []}
+    errors = {"on": 0, "off": 0}
+    for number in range(rounds):
+        order = [("on", with_history), ("off", without_history)]
+        for arm, url in order if number % 2 == 0 else order[::-1]:
+            row, latencies = await _measure(url, writers, per_writer, 120, f" (round {number})")
+            pooled[arm] += latencies
+            errors[arm] += row["errors"]
+    on, off = summary_ms(pooled["on"]), summary_ms(pooled["off"])
+
+    def slower(field: str) -> float:
+        return round(100 * (on[field] - off[field]) / off[field], 1) if off[field] else 0.0
+
+    return {
+        "writers": writers,
+        "rounds": rounds,
+        "history_on": {**on, "errors": errors["on"]},
+        "history_off": {**off, "errors": errors["off"]},
+        "slower_p50_pct": slower("p50_ms"),
+        "slower_mean_pct": slower("mean_ms"),
+    }
