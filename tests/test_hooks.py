@@ -221,13 +221,13 @@ def test_the_deadline_cuts_the_run_and_no_write_lands_after_it(
     deadline = 0.5
     client = make_client(**chat_sections())
     upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("late", "x")],
-                                       delay=deadline + 1.5))
+                                       delay=deadline + 5))
     started = time.monotonic()
     response = client.post("/memory/agent",
                            json=agent_body(user("remember x"), deadline_seconds=deadline))
     elapsed = time.monotonic() - started
     assert (response.status_code, response.json()) == (200, {"agent": "timeout", "updates": []})
-    assert deadline <= elapsed < deadline + 1.5  # cut at the deadline, not at the reply
+    assert deadline <= elapsed < deadline + 4  # cut at the deadline, not at the reply
     (request,) = upstream.received(AGENT_MODEL)
     assert upstream.wait_ended(request, timeout=5).disconnected
     assert client.get("/memory").json()["memories"] == []

@@ -75,6 +75,8 @@ async def check_the_tools(session: ClientSession, *, user_store: MemoryStore, us
         "additionalProperties": False,
     }
     assert memory_set.description.startswith("Remember something about the user: store `value`")
+    assert [(t.annotations.read_only_hint, t.annotations.destructive_hint) for t in tools] == [
+        (True, None), (True, None), (False, True), (False, True), (True, None)]
     assert tools[0].input_schema == {"type": "object", "properties": {},
                                      "additionalProperties": False}
     assert all(tool.description for tool in tools)
