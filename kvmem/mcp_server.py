@@ -102,6 +102,22 @@ TOOLS: dict[str, type[ToolArguments]] = {
 }
 
 
+# Hints for clients that ask before running a tool: reads change nothing, a set replaces a
+# value (the same call twice is the same as once), a delete loses one; nothing leaves kvmem.
+READ = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
+ANNOTATIONS = {
+    "memory_list": READ,
+    "memory_get": READ,
+    "memory_history": READ,
+    "memory_set": types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+    ),
+    "memory_delete": types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+    ),
+}
+
+
 def tool_definitions(valid_keys: list[str] | None) -> list[types.Tool]:
     """The tools as MCP lists them, with schemas generated from their argument models (the
     key's description lists `validKeys` when set), as the memory agent's are."""
@@ -113,6 +129,7 @@ def tool_definitions(valid_keys: list[str] | None) -> list[types.Tool]:
                 name=name,
                 description=" ".join(function["description"].split()),
                 input_schema=function["parameters"],
+                annotations=ANNOTATIONS[name],
             )
         )
     return tools

@@ -9,6 +9,7 @@ event loop as the memory itself.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from kvmem.tables import utcnow
 
 log = logging.getLogger("kvmem.turn_memory")
 
+BLOCK_COUNTS_KEPT = 256
 MAX_CONVERSATION_ID = 200  # the width of memory_changes.conversation_id and agent_runs'
 _PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]+")
 
@@ -81,6 +83,9 @@ class MemoryService:
     def __init__(self, config: Config, store: MemoryStore, agent: MemoryAgent) -> None:
         self.config = config
         self.store = store
+        # A block changes only when the user's memory does, and counting a 200-entry block
+        # costs more than reading and rendering it: recent counts are kept (thread-safe).
+        self._block_tokens = functools.lru_cache(maxsize=BLOCK_COUNTS_KEPT)(store.tokens.count)
         self.agent = agent
 
     def window(self, messages: Sequence[ChatLine]) -> list[ChatLine]:
@@ -172,7 +177,7 @@ class MemoryService:
         return MemoryContext(
             block=block,
             injected=[entry.key for entry in entries],
-            token_count=self.store.tokens.count(block) if block else 0,
+            token_count=self._block_tokens(block) if block else 0,
             enabled=snapshot.memories_enabled,
         )
 

@@ -302,6 +302,10 @@ ROUTES = [
     ("GET", "/v1/models", None),
     ("POST", "/sessions", None),
     ("DELETE", "/sessions/current", None),
+    ("POST", "/memory/context", {"system": "s"}),
+    ("POST", "/memory/agent", {"messages": [{"role": "user", "content": "remember x"}]}),
+    ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "memory_get", "arguments": {"key": "diary"}}}),
 ]
 
 
@@ -488,6 +492,63 @@ def test_models_never_see_the_other_users_memory(world: World) -> None:
     assert client.get("/memory/health", headers=bob).json() == not_found_key("health")
 
 
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
+
+def mcp_call(client: TestClient, headers: dict[str, str], method: str, **params: Any) -> Any:
+    """One JSON-RPC call to /mcp; its `result` (or the whole body if there is none)."""
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+    response = client.post("/mcp", json=body, headers={**headers, **MCP_HEADERS})
+    assert response.status_code == 200, response.text
+    return response.json().get("result", response.json())
+
+
+def tool_error(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+@pytest.mark.parametrize("how", list(BOB_CREDENTIALS))
+def test_hooks_and_mcp_never_reach_the_other_user(world: World, how: str) -> None:
+    client, bob, upstream = world.client, BOB_CREDENTIALS[how](world), world.upstream
+    # alice turns memory back on: her block is what a slip would leak.
+    client.patch("/preferences", json={"memories": True}, headers=world.alice)
+    world.alice_view = world.view_of_alice()
+
+    empty = {"block": "", "injected": [], "token_count": 0, "enabled": True, "system": "S"}
+    assert client.post("/memory/context", json={"system": "S"}, headers=bob).json() == empty
+    assert mcp_call(client, bob, "resources/read", uri="memory://block")["contents"][0]["text"] == ""
+
+    # bob's MCP calls: alice's keys are keys nobody has, and writes land in bob's memory.
+    assert mcp_call(client, bob, "tools/call", name="memory_list", arguments={})[
+        "structuredContent"] == listing([], 0)
+    for tool, message in [("memory_get", 'No memory with key "diary".'),
+                          ("memory_delete", 'No memory with key "diary". Nothing to delete.')]:
+        assert mcp_call(client, bob, "tools/call", name=tool, arguments={"key": "diary"}) == (
+            tool_error(message))
+    assert mcp_call(client, bob, "tools/call", name="memory_history", arguments={})[
+        "structuredContent"] == {"changes": [], "next": None}
+    written = mcp_call(client, bob, "tools/call", name="memory_set",
+                       arguments={"key": "fact", "value": BOB_FACT})
+    assert written["structuredContent"]["total_tokens"] == written["structuredContent"]["memory"][
+        "token_count"]  # alice's tokens are not counted
+
+    # The agent hook reads bob's memory and writes bob's memory.
+    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("diary", "bob's")]))
+    ran = client.post("/memory/agent", headers=bob,
+                      json={"messages": [{"role": "user", "content": "remember my diary"}]})
+    assert ran.json() == {"agent": "done", "updates": [{"op": "set", "key": "diary", "value": "bob's"}]}
+    agent_request = upstream.received(AGENT_MODEL)[-1]  # (alice chatted when the world was made)
+    assert BOB_FACT in agent_request.messages[1]["content"]
+    block = client.post("/memory/context", json={}, headers=bob).json()
+    assert block["injected"] == ["fact", "diary"]
+    for text in (upstream_text(agent_request), json.dumps(block),
+                 json.dumps(mcp_call(client, bob, "resources/read", uri="memory://block"))):
+        for marker in ALICE_MARKERS:
+            assert marker not in text
+    assert client.get("/memory/diary", headers=bob).json()["value"] == "bob's"
+    assert world.view_of_alice() == world.alice_view
+
+
 # --- the CLI --------------------------------------------------------------------------------
 
 
@@ -654,8 +715,12 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
                                   "conversations", "conversation", "conversation", "completions",
                                   "models", "healthz", "ollama_chat", "ollama_generate",
                                   "ollama_tags", "ollama_show", "history", "key_history",
-                                  "revert", "revert", "export", "import", "import", "me"]))
+                                  "revert", "revert", "export", "import", "import", "me",
+                                  "context", "agent", "mcp", "mcp"]))
     path = {
+        "context": "/memory/context",
+        "agent": "/memory/agent",
+        "mcp": "/mcp",
         "memory": "/memory",
         "preferences": "/preferences",
         "chat": "/chat",
@@ -688,7 +753,8 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
         path = "/conversations/" + draw(path_segments(conversation_ids))
     usual = {"key": "PUT", "preferences": "PATCH", "chat": "POST", "completions": "POST",
              "ollama_chat": "POST", "ollama_generate": "POST", "ollama_show": "POST",
-             "revert": "POST", "import": "POST", "me": "DELETE"}.get(route, "GET")
+             "revert": "POST", "import": "POST", "me": "DELETE",
+             "context": "POST", "agent": "POST", "mcp": "POST"}.get(route, "GET")
     method = draw(st.sampled_from([usual, usual, usual, "GET", "PUT", "DELETE", "PATCH", "POST",
                                    "HEAD", "OPTIONS"]))
     shaped = {
@@ -738,6 +804,35 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
             optional={"stream": st.booleans(), "system": any_text() | json_values()},
         ),
         "ollama_show": st.fixed_dictionaries({"model": any_text() | json_values()}),
+        "context": st.fixed_dictionaries({}, optional={"system": any_text() | json_values()}),
+        "agent": st.fixed_dictionaries(
+            {"messages": st.lists(
+                st.fixed_dictionaries(
+                    {"role": st.sampled_from(["user", "assistant", "tool", "robot"]) | json_values()},
+                    optional={"content": any_text() | st.lists(json_values(), max_size=2)
+                              | json_values()}),
+                max_size=3) | json_values()},
+            optional={"wait": st.booleans() | json_values(),
+                      "deadline_seconds": st.floats(-1, 61) | json_values(),
+                      "conversation_id": any_text() | json_values()},
+        ),
+        "mcp": st.fixed_dictionaries(
+            {"jsonrpc": st.just("2.0") | json_values(),
+             "method": st.sampled_from(["tools/call", "tools/call", "tools/list", "resources/read",
+                                        "initialize", "ping", "nope"]) | json_values()},
+            optional={
+                "id": st.integers(0, 9) | json_values(),
+                "params": st.fixed_dictionaries(
+                    {"name": st.sampled_from(["memory_list", "memory_get", "memory_set",
+                                              "memory_delete", "memory_history", "nope"])},
+                    optional={"arguments": st.fixed_dictionaries(
+                        {}, optional={"key": st.sampled_from(KNOWN_KEYS) | json_values(),
+                                      "value": any_text() | json_values(),
+                                      "extra": json_values()}),
+                              "uri": st.sampled_from(["memory://block", "memory://x"])},
+                ) | json_values(),
+            },
+        ),
     }.get(route, json_values())
     kind = draw(st.sampled_from(["none", "shaped", "shaped", "shaped", "any", "bytes"]))
     body: bytes | None
@@ -760,12 +855,24 @@ def route_of(path: str) -> str:
     return path
 
 
+def is_jsonrpc_error(body: Any) -> bool:
+    """A JSON-RPC error response: what the MCP transport answers a malformed message with."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return (
+        set(body) == {"jsonrpc", "id", "error"} and body["jsonrpc"] == "2.0"
+        and isinstance(error, dict) and isinstance(error.get("code"), int)
+        and isinstance(error.get("message"), str)
+    )
+
+
 def error_shape_problem(path: str, status: int, content: bytes) -> str | None:
     """What is wrong with an error body, or None."""
     try:
         body = json.loads(content)
     except ValueError:
         return "not JSON"
+    if path == "/mcp" and status in (400, 406) and is_jsonrpc_error(body):
+        return None
     error = body.get("error") if isinstance(body, dict) else None
     if path.startswith("/api/"):  # Ollama's shape: {"error": "message"}
         return None if isinstance(body, dict) and list(body) == ["error"] and isinstance(
@@ -806,6 +913,8 @@ def test_fuzzed_requests_find_no_500_and_no_cross_user_read(
     def one_request(request: tuple[int, str, str, bytes | None]) -> None:
         who, method, path, body = request
         acting, headers = cast.credentials[who]
+        if path == "/mcp" and body is not None and body.startswith(b"{"):  # most, not all
+            headers = {**headers, **MCP_HEADERS, "Content-Type": "application/json"}
         response = client.request(method, path, content=body, headers=headers)
         label = f"{method} {path[:80]} as {acting} body={body[:120] if body else body!r}"
         if response.status_code >= 500:

@@ -13,7 +13,7 @@ import asyncio
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -37,33 +37,35 @@ class ContextRequest(RequestBody):
     system: StrictStr = ""
 
 
-class ContentPart(BaseModel):
-    """One part of an OpenAI message's content; only `text` parts are read."""
-
-    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-    type: StrictStr
-    text: StrictStr | None = None
-
-    @model_validator(mode="after")
-    def _text_part_has_text(self) -> ContentPart:
-        if self.type == "text" and self.text is None:
-            raise ValueError("a text part needs a string 'text'")
-        return self
-
-
 class AgentMessage(BaseModel):
     """One OpenAI chat message (other fields, like `name` or `tool_calls`, are ignored)."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: StrictStr | list[ContentPart] | None = None
+    content: Any = None
+
+    @field_validator("content")
+    @classmethod
+    def _openai_content(cls, content: Any) -> Any:
+        """A string, null, or a list of parts, each an object with a string `type`; a `text`
+        part also needs a string `text`. Other parts (images, audio, files) are kept aside."""
+        if content is None or isinstance(content, str):
+            return content
+        if not isinstance(content, list):
+            raise ValueError("content must be a string, null or a list of content parts")
+        for index, part in enumerate(content):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise ValueError(f"content part {index} must be an object with a string 'type'")
+            if part["type"] == "text" and not isinstance(part.get("text"), str):
+                raise ValueError(f"content part {index} is a text part without a string 'text'")
+        return content
 
     def text(self) -> str:
         """The message's text: its string content, or its text parts joined (images ignored)."""
         if isinstance(self.content, str):
             return self.content
         parts = self.content or []
-        return "\n".join(part.text for part in parts if part.type == "text" and part.text)
+        return "\n".join(part["text"] for part in parts if part["type"] == "text" and part["text"])
 
 
 class AgentRequest(RequestBody):
@@ -76,6 +78,7 @@ class AgentRequest(RequestBody):
 
 
 async def memory_context(request: Request) -> Response:
+    """The block kvmem would inject for this user now, and the given system text with it."""
     services = services_of(request)
     user = await user_of(request)
     raw = await read_body(request, services.config.server.max_body_bytes)
@@ -93,6 +96,7 @@ async def memory_context(request: Request) -> Response:
 
 
 async def memory_agent(request: Request) -> Response:
+    """Run the memory agent on the given messages, waiting for it or not."""
     arrived = time.monotonic()  # the deadline counts from here, body reading included
     services = services_of(request)
     user = await user_of(request)
