@@ -16,16 +16,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from kvmem.agent_json import (
     JSON_MODE_INSTRUCTIONS,
@@ -34,201 +31,38 @@ from kvmem.agent_json import (
     parse_answer,
     results_message,
 )
+from kvmem.agent_run import (
+    AgentError,
+    AgentRun,
+    AgentState,
+    DeadlinePassed,
+    MemoryUpdate,
+)
+from kvmem.agent_tools import (
+    DeleteMemoryArguments,
+    SetMemoryArguments,
+    refusal_message,
+    tool_definitions,
+)
 from kvmem.config import Config
 from kvmem.errors import (
-    EmptyValue,
-    InvalidKey,
-    KeyNotAllowed,
     KvmemError,
-    MemoryFull,
-    NotFound,
-    ValueTooLong,
 )
 from kvmem.intent import IntentGate
 from kvmem.metrics import Metrics
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
 from kvmem.provider import LiteLLMClient, Target, token_prices
 from kvmem.redaction import SecretScrubber
-from kvmem.store import Entry, MemoryStore, iso
+from kvmem.store import Entry, MemoryStore
 from kvmem.tables import utcnow
 from kvmem.usage import RunUsage, UsageStore
 
 log = logging.getLogger("kvmem.agent")
 
-AgentState = Literal[
-    "disabled", "skipped", "gated", "over_budget", "running", "done", "failed", "timeout"
-]
 # States of a run that never called the model but is still recorded in `agent_runs`.
 RECORDED_WITHOUT_RUN = frozenset({"over_budget"})
 MAX_MODEL_CALLS = 2
 MAX_TOOL_CALLS = 16
-
-
-class DeadlinePassed(Exception):
-    """Raised by the commit guard once the agent's deadline has passed."""
-
-
-@dataclass(frozen=True)
-class MemoryUpdate:
-    """One write the agent made."""
-
-    op: Literal["set", "delete"]
-    key: str
-    value: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        """The update as replies and `memory` events show it."""
-        body: dict[str, Any] = {"op": self.op, "key": self.key}
-        if self.value is not None:
-            body["value"] = self.value
-        return body
-
-
-@dataclass(eq=False)
-class AgentRun:
-    """One run of the agent for one request: its state, its writes and its deadline."""
-
-    state: AgentState
-    updates: list[MemoryUpdate] = field(default_factory=list)
-    # The conversation the run reads; its writes are recorded in the history with it.
-    conversation_id: str | None = None
-    task: asyncio.Task[None] | None = None
-    deadline: float | None = None  # time.monotonic(); None until the main response ends
-    started_at: datetime = field(default_factory=utcnow)
-    model_calls: int = 0
-    input_tokens: int = 0  # as the upstream's `usage` reported them
-    output_tokens: int = 0
-    _events: asyncio.Queue[MemoryUpdate] = field(default_factory=asyncio.Queue)
-    _loop: asyncio.AbstractEventLoop | None = None
-    _timer: asyncio.TimerHandle | None = None
-
-    @classmethod
-    def finished(cls, state: AgentState) -> AgentRun:
-        """A run that never starts (`disabled`, `skipped` or `failed` before it began)."""
-        return cls(state=state)
-
-    def main_ended(self, grace_seconds: float) -> None:
-        """The main response is complete: cancel the run `grace_seconds` from now."""
-        self.expire_at(time.monotonic() + grace_seconds)
-
-    def expire_at(self, deadline: float) -> None:
-        """Cancel the run at `deadline` (a `time.monotonic()` value) unless one is already set."""
-        if self.task is None or self.task.done() or self.deadline is not None:
-            return
-        self.deadline = deadline
-        assert self._loop is not None
-        self._timer = self._loop.call_later(deadline - time.monotonic(), self._expire)
-
-    def check_deadline(self) -> None:
-        """The commit guard: raise if the deadline has passed (called from worker threads)."""
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            raise DeadlinePassed("the memory agent's deadline has passed")
-
-    def count_usage(self, usage: dict[str, Any] | None) -> None:
-        """Add one model call's `usage` (OpenAI's `prompt_tokens`/`completion_tokens`)."""
-        usage = usage or {}
-        self.input_tokens += int(usage.get("prompt_tokens") or 0)
-        self.output_tokens += int(usage.get("completion_tokens") or 0)
-
-    def record(self, update: MemoryUpdate) -> None:
-        """Note a committed write (called from the worker thread that committed it)."""
-        self.updates.append(update)
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._events.put_nowait, update)
-
-    def landed(self) -> list[MemoryUpdate]:
-        """Writes that landed since they were last taken, without waiting (for a stream)."""
-        updates = []
-        while not self._events.empty():
-            updates.append(self._events.get_nowait())
-        return updates
-
-    async def events(self) -> Any:
-        """Writes as they land, until the run ends (for a streamed reply)."""
-        assert self.task is not None
-        while True:
-            getter = asyncio.ensure_future(self._events.get())
-            try:
-                await asyncio.wait({getter, self.task}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                # Also when the stream's reader went away: never leave the getter pending.
-                got = getter.done()
-                if not got:
-                    getter.cancel()
-            if got:
-                yield getter.result()
-                continue
-            while not self._events.empty():
-                yield self._events.get_nowait()
-            return
-
-    def _expire(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-
-
-@dataclass(frozen=True)
-class AgentError:
-    """The last failure of a run, for /healthz: when, and what (secrets masked)."""
-
-    at: datetime
-    message: str
-
-    def as_json(self) -> dict[str, str]:
-        """The error as /healthz shows it."""
-        return {"at": iso(self.at), "message": self.message}
-
-
-# API keys (OpenAI's `sk-...` and the like) and bearer tokens in provider error messages.
-_KEY_LIKE = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*]{6,}|(?i:bearer)\s+\S+")
-MAX_ERROR_MESSAGE = 300
-
-
-KEY_DESCRIPTION = "The memory key: lowercase letters, digits and _, starting with a letter."
-
-
-class SetMemoryArguments(BaseModel):
-    """Save a memory about the user, replacing what the key held."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    key: str = Field(description=KEY_DESCRIPTION)
-    value: str = Field(description="The complete value to store.")
-
-
-class DeleteMemoryArguments(BaseModel):
-    """Forget a memory about the user."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    key: str = Field(description=KEY_DESCRIPTION)
-
-
-# The agent's tools: the name the model calls, and the model its arguments must validate as.
-TOOLS: dict[str, type[BaseModel]] = {
-    "set_memory": SetMemoryArguments,
-    "delete_memory": DeleteMemoryArguments,
-}
-
-
-def tool_schema(name: str, arguments: type[BaseModel], valid_keys: Sequence[str] | None) -> dict[str, Any]:
-    """One tool in OpenAI's format, generated from its argument model (docstring, fields and
-    their descriptions), so the schema the model sees and the validation cannot drift apart."""
-    schema = arguments.model_json_schema()
-    schema.pop("title", None)
-    schema.pop("description", None)
-    for field_schema in schema["properties"].values():
-        field_schema.pop("title", None)
-    if valid_keys and "key" in schema["properties"]:
-        key = schema["properties"]["key"]
-        key["description"] = f"{key['description']} Must be one of: {', '.join(valid_keys)}."
-    return {
-        "type": "function",
-        "function": {"name": name, "description": arguments.__doc__, "parameters": schema},
-    }
-
-
-def tool_definitions(valid_keys: Sequence[str] | None) -> list[dict[str, Any]]:
-    """The agent's tools in OpenAI's format; the key's description lists `validKeys` when set."""
-    return [tool_schema(name, arguments, valid_keys) for name, arguments in TOOLS.items()]
 
 
 class MemoryAgent:
@@ -397,7 +231,7 @@ class MemoryAgent:
             run.state = "failed"
             log.warning("memory agent failed: user=%s conversation=%s: %s",
                         user_id, conversation_id, self._scrubber.scrub(str(exc)))
-            self.last_error = AgentError(utcnow(), self._masked(exc))
+            self.last_error = AgentError(utcnow(), self._scrubber.summary(exc))
             self.metrics.error("agent_failed")
         finally:
             self.outcomes[run.state] += 1
@@ -445,12 +279,6 @@ class MemoryAgent:
         if self._prices is None:
             return None
         return run.input_tokens * self._prices[0] + run.output_tokens * self._prices[1]
-
-    def _masked(self, exc: BaseException) -> str:
-        """The error's message without any configured secret or key-like token, shortened."""
-        message = self._scrubber.scrub(f"{getattr(exc, 'code', type(exc).__name__)}: {exc}")
-        message = _KEY_LIKE.sub("***", message)
-        return message[:MAX_ERROR_MESSAGE]
 
     async def _converse(
         self, run: AgentRun, user_id: str, entries: Sequence[Entry], window: Sequence[ChatLine]
@@ -624,23 +452,3 @@ class MemoryAgent:
     def _refusal(self, exc: KvmemError, key: str) -> str:
         """The result string the model sees for a refused write."""
         return refusal_message(exc, key, self.config.memory.valid_keys)
-
-
-def refusal_message(exc: KvmemError, key: Any, valid_keys: Sequence[str] | None) -> str:
-    """What a model is told when a memory write on `key` is refused (the agent's tool result,
-    and the text of an MCP tool's error result)."""
-    if isinstance(exc, KeyNotAllowed | InvalidKey):
-        if valid_keys:
-            return f'Invalid key "{key}". Must be one of: {", ".join(valid_keys)}'
-        return (f'Invalid key "{key}". Keys are lowercase letters, digits and _, '
-                "start with a letter, and are at most 128 characters.")
-    if isinstance(exc, MemoryFull):
-        return "Memory storage would exceed limit. Cannot save this memory."
-    if isinstance(exc, EmptyValue):
-        return f'Empty value for key "{key}". Cannot save an empty memory.'
-    if isinstance(exc, ValueTooLong):
-        return (f'Value for key "{key}" is too long ({exc.details["length"]} characters; '
-                f'the limit is {exc.details["char_limit"]}). Shorten it.')
-    if isinstance(exc, NotFound):
-        return f'No memory with key "{key}". Nothing to delete.'
-    return f"Error: {exc.message}"

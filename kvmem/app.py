@@ -21,9 +21,9 @@ from kvmem.conversations import ConversationStore
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import KvmemError, MethodNotAllowed, NotFound, openai_error_body
+from kvmem.mcp_server import McpEndpoint, McpHttp
 from kvmem.metrics import Metrics, MetricsMiddleware
 from kvmem.provider import LiteLLMClient, agent_target, chat_target
-from kvmem.mcp_server import McpEndpoint, McpHttp
 from kvmem.redaction import SecretScrubber
 from kvmem.routes import chat, health, hooks, memory, ollama, openai, ops, sessions, ui
 from kvmem.rules import MemoryRules

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
-from kvmem.agent import KEY_DESCRIPTION, refusal_message, tool_schema
+from kvmem.agent_tools import KEY_DESCRIPTION, refusal_message, tool_schema
 from kvmem.bodies import read_body
 from kvmem.errors import BadRequest, Forbidden, KvmemError, MethodNotAllowed, NotFound
 from kvmem.overview import memory_overview
@@ -210,6 +210,7 @@ class MemoryMcp:
             return _data(store.get(user, arguments.key).as_json())
         if name == "memory_set":
             written = store.set(user, arguments.key, arguments.value, "mcp")
+            self.services.metrics.memory_write("mcp", "set")
             entry = written.entry
             return _result(
                 f'Memory set for key "{entry.key}" ({entry.token_count} tokens)',
@@ -218,6 +219,7 @@ class MemoryMcp:
             )
         if name == "memory_delete":
             entry = store.delete(user, arguments.key, "mcp")
+            self.services.metrics.memory_write("mcp", "delete")
             return _result(f'Memory deleted for key "{entry.key}"', {"deleted": entry.as_json()})
         if name == "memory_history":
             page = store.history(user, arguments.key, arguments.limit, arguments.before)

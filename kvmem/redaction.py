@@ -16,6 +16,10 @@ from pydantic import SecretStr
 from kvmem.config import Config
 
 MASK = "***"
+# API keys (OpenAI's `sk-...` and the like) and bearer tokens, configured or not, in a
+# provider's error message that is kept for others to read (/healthz).
+_KEY_LIKE = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*]{6,}|(?i:bearer)\s+\S+")
+MAX_SUMMARY_CHARS = 300
 # Shorter fragments are not scrubbed: masking every "abc" would garble the message, and a
 # credential that short protects nothing.
 MIN_SECRET_CHARS = 4
@@ -53,3 +57,9 @@ class SecretScrubber:
     def scrub(self, text: str) -> str:
         """`text` with every configured secret replaced by `***`."""
         return self._pattern.sub(MASK, text) if self._pattern is not None else text
+
+    def summary(self, exc: BaseException) -> str:
+        """A short line about `exc` (its code or class, then its message) with every
+        configured secret and anything that looks like a key masked."""
+        message = self.scrub(f"{getattr(exc, 'code', type(exc).__name__)}: {exc}")
+        return _KEY_LIKE.sub(MASK, message)[:MAX_SUMMARY_CHARS]

@@ -18,7 +18,8 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from kvmem.agent import AgentRun, MemoryAgent
+from kvmem.agent import MemoryAgent
+from kvmem.agent_run import AgentRun
 from kvmem.config import Config
 from kvmem.errors import BadRequest, StoreUnavailable
 from kvmem.prompts import ChatLine, entries_within, render_memory_block

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.pool import NullPool
 
-from kvmem.agent import AgentRun, DeadlinePassed
+from kvmem.agent_run import AgentRun, DeadlinePassed
 from kvmem.db import Database
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
 from kvmem.store import Entry

@@ -227,7 +227,7 @@ def test_routes_inside_mounts_are_labelled_with_the_whole_template() -> None:
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
     from starlette.responses import PlainTextResponse
-    from starlette.routing import Mount, Route, Router
+    from starlette.routing import Mount, Route
 
     from kvmem.metrics import Metrics, MetricsMiddleware
 
@@ -251,4 +251,37 @@ def test_routes_inside_mounts_are_labelled_with_the_whole_template() -> None:
     assert series(metrics.render().decode(), "kvmem_http_requests_total") == {
         ("/api/items/{item_id}", "GET", "200"): 2,
         ("/static", "GET", "200"): 2,
+    }
+
+
+def mcp_call(client: Any, tool: str, arguments: dict[str, Any]) -> Any:
+    """One MCP tools/call over /mcp (stateless JSON mode, as an MCP client sends it)."""
+    response = client.post(
+        "/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+              "params": {"name": tool, "arguments": arguments}},
+        headers={"Accept": "application/json, text/event-stream"},
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["result"]
+
+
+def test_every_write_path_is_counted_with_its_source(make_client: MakeClient) -> None:
+    client = make_client()
+    assert client.put("/memory/food", json={"value": "pizza"}).status_code == 201
+    assert client.put("/memory/food", json={"value": "pasta"}).status_code == 200
+    first = client.get("/memory/food/history").json()["changes"][-1]["id"]
+    assert client.post("/memory/food/revert", json={"to": first}).status_code == 200
+    document = {"memories": [{"key": "city", "value": "Rome"}, {"key": "pet", "value": "cat"}]}
+    assert client.post("/memory/import?mode=replace", json=document).status_code == 200
+    assert mcp_call(client, "memory_set", {"key": "tea", "value": "green"})["isError"] is False
+    assert mcp_call(client, "memory_delete", {"key": "tea"})["isError"] is False
+
+    assert series(scrape(client), "kvmem_memory_writes_total") == {
+        ("manual", "set"): 2,
+        ("revert", "set"): 1,
+        ("import", "set"): 2,
+        ("import", "delete"): 1,  # replace dropped "food"
+        ("mcp", "set"): 1,
+        ("mcp", "delete"): 1,
     }

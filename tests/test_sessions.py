@@ -14,10 +14,10 @@ from starlette.testclient import TestClient
 
 from kvmem.auth import accepts_session
 from kvmem.config import Config
+from kvmem.config_loader import parse_config
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import ConfigError
-from kvmem.config_loader import parse_config
 from kvmem.sessions import SessionStore
 from tests.support.apps import MAIN_MODEL
 from tests.support.matchers import ISO_TIME, entry

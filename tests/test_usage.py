@@ -178,14 +178,14 @@ def test_usage_sums_per_utc_day_newest_first_for_this_user_only(
     make_client: MakeClient, database: Database
 ) -> None:
     usage = UsageStore(database)
-    for run in [
+    for past in [
         past_run("local", noon(0), (100, 10), cost=0.5, writes=1),
         past_run("local", noon(0), (50, 5), cost=None, writes=0),
         past_run("local", noon(2), (7, 3), cost=0.25, writes=2),
         past_run("local", noon(40), (1000, 1000), cost=1.0),
         past_run("alice", noon(0), (9999, 9999), cost=9.0),
     ]:
-        usage.record(run)
+        usage.record(past)
     client = make_client()
 
     default = client.get("/usage")

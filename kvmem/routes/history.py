@@ -79,6 +79,7 @@ async def revert(request: Request) -> Response:
     key = services.store.rules.check_key_format(request.path_params["key"])
     body = await read_model(request, RevertBody, services.config.server.max_body_bytes)
     reverted = await run_in_threadpool(services.store.revert, user, key, body.to)
+    services.metrics.memory_write("revert", "set" if reverted.entry else "delete")
     return JSONResponse(
         {
             "memory": reverted.entry.as_json() if reverted.entry else None,
@@ -106,6 +107,9 @@ async def import_memory(request: Request) -> Response:
     imported = await run_in_threadpool(
         lambda: services.store.import_document(user, items, mode=mode)
     )
+    services.metrics.memory_write("import", "set", imported.imported)
+    if imported.deleted:
+        services.metrics.memory_write("import", "delete", imported.deleted)
     return JSONResponse(
         {
             "imported": imported.imported,

@@ -1,0 +1,85 @@
+"""The memory agent's two tools: their argument models, the schemas generated from them, and the
+text a model is told when a write is refused (shared with the MCP server's tools)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvmem.errors import (
+    EmptyValue,
+    InvalidKey,
+    KeyNotAllowed,
+    KvmemError,
+    MemoryFull,
+    NotFound,
+    ValueTooLong,
+)
+
+KEY_DESCRIPTION = "The memory key: lowercase letters, digits and _, starting with a letter."
+
+
+class SetMemoryArguments(BaseModel):
+    """Save a memory about the user, replacing what the key held."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    key: str = Field(description=KEY_DESCRIPTION)
+    value: str = Field(description="The complete value to store.")
+
+
+class DeleteMemoryArguments(BaseModel):
+    """Forget a memory about the user."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    key: str = Field(description=KEY_DESCRIPTION)
+
+
+# The agent's tools: the name the model calls, and the model its arguments must validate as.
+TOOLS: dict[str, type[BaseModel]] = {
+    "set_memory": SetMemoryArguments,
+    "delete_memory": DeleteMemoryArguments,
+}
+
+
+def tool_schema(name: str, arguments: type[BaseModel], valid_keys: Sequence[str] | None) -> dict[str, Any]:
+    """One tool in OpenAI's format, generated from its argument model (docstring, fields and
+    their descriptions), so the schema the model sees and the validation cannot drift apart."""
+    schema = arguments.model_json_schema()
+    schema.pop("title", None)
+    schema.pop("description", None)
+    for field_schema in schema["properties"].values():
+        field_schema.pop("title", None)
+    if valid_keys and "key" in schema["properties"]:
+        key = schema["properties"]["key"]
+        key["description"] = f"{key['description']} Must be one of: {', '.join(valid_keys)}."
+    return {
+        "type": "function",
+        "function": {"name": name, "description": arguments.__doc__, "parameters": schema},
+    }
+
+
+def tool_definitions(valid_keys: Sequence[str] | None) -> list[dict[str, Any]]:
+    """The agent's tools in OpenAI's format; the key's description lists `validKeys` when set."""
+    return [tool_schema(name, arguments, valid_keys) for name, arguments in TOOLS.items()]
+
+
+def refusal_message(exc: KvmemError, key: Any, valid_keys: Sequence[str] | None) -> str:
+    """What a model is told when a memory write on `key` is refused (the agent's tool result,
+    and the text of an MCP tool's error result)."""
+    if isinstance(exc, KeyNotAllowed | InvalidKey):
+        if valid_keys:
+            return f'Invalid key "{key}". Must be one of: {", ".join(valid_keys)}'
+        return (f'Invalid key "{key}". Keys are lowercase letters, digits and _, '
+                "start with a letter, and are at most 128 characters.")
+    if isinstance(exc, MemoryFull):
+        return "Memory storage would exceed limit. Cannot save this memory."
+    if isinstance(exc, EmptyValue):
+        return f'Empty value for key "{key}". Cannot save an empty memory.'
+    if isinstance(exc, ValueTooLong):
+        return (f'Value for key "{key}" is too long ({exc.details["length"]} characters; '
+                f'the limit is {exc.details["char_limit"]}). Shorten it.')
+    if isinstance(exc, NotFound):
+        return f'No memory with key "{key}". Nothing to delete.'
+    return f"Error: {exc.message}"
