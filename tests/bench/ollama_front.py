@@ -3,11 +3,11 @@
 One kvmem (agent off, a user with 20 entries, the benchmark's scripted upstream) answers the
 same streamed chat on `/v1/chat/completions` (plain, and asking for usage as the Ollama front
 does) and on `/api/chat`, requests taking turns one by one so that drifts of the machine hit
-all alike. Time to the first body byte (the first
-text, on both: the upstream's first chunk carries it) and to the last, at c=1; the target is
-that the Ollama front adds at most 0.5 ms of TTFB over `/v1` (the median of the pairs'
-differences). Also each front's own work in-process, without server or model. Prints a
-markdown table and writes `ollama_front.json` to the results folder.
+all alike. Time to the first body byte (the first text, on all: the upstream's first chunk
+carries it) and to the last, at c=1; the target is that the Ollama front adds at most 0.5 ms
+of TTFB over `/v1` (the median of the differences to the neighbouring /v1 request). Also each
+front's own work in-process, without server or model. Prints a markdown table and writes
+`ollama_front.json` to the results folder.
 """
 
 from __future__ import annotations
