@@ -151,9 +151,11 @@ async def _events(turn: Turn, chunks: AsyncIterator[dict[str, Any]]) -> AsyncGen
         if text:
             parts.append(text)
             yield sse("delta", {"content": text})
-        # Agent writes go out as they land, between deltas, not after the last one.
-        for update in run.landed():
-            yield sse("memory", update.as_json())
+        # Agent writes go out as they land, between deltas, not after the last one (and
+        # never before the first: the reply starts with text).
+        if parts:
+            for update in run.landed():
+                yield sse("memory", update.as_json())
     await turn.store("".join(parts))
     if run.task is not None:
         async for update in run.events():
