@@ -390,11 +390,11 @@ class Reply:
         value = self.part(text, tool_calls, done=True)
         value["done_reason"] = done_reason(finish_reason)
         value["total_duration"] = time.monotonic_ns() - self.started
-        if usage:
-            if isinstance(usage.get("prompt_tokens"), int):
-                value["prompt_eval_count"] = usage["prompt_tokens"]
-            if isinstance(usage.get("completion_tokens"), int):
-                value["eval_count"] = usage["completion_tokens"]
+        prompt, completion = (usage or {}).get("prompt_tokens"), (usage or {}).get("completion_tokens")
+        # Without the upstream's usage litellm reports zeros, which are not counts.
+        if isinstance(prompt, int) and isinstance(completion, int) and prompt + completion > 0:
+            value["prompt_eval_count"] = prompt
+            value["eval_count"] = completion
         return value
 
     def loaded(self) -> dict[str, Any]:

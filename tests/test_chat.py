@@ -274,6 +274,24 @@ def test_a_streamed_reply_sends_deltas_memory_and_done(upstream, chat_sections, 
     ]
 
 
+def test_a_write_that_lands_before_the_first_delta_follows_it(upstream, chat_sections, make_client):
+    """The reply starts with text even when the agent was faster than the main model."""
+    client = make_client(**chat_sections())
+    upstream.script(MAIN_MODEL, Reply(chunks=["Hello", " Ada"], delay=1.0))
+    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("name", "Ada")]))
+
+    response = client.post("/chat", json={"message": "Remember my name is Ada.", "stream": True})
+    events = sse_events(response.text)
+    # The agent most likely landed during the main model's delay; wherever it landed, the
+    # reply starts with the first delta.
+    assert events[0] == ("delta", {"content": "Hello"})
+    assert [e for e in events if e[0] == "memory"] == [
+        ("memory", {"op": "set", "key": "name", "value": "Ada"})]
+    assert [e for e in events if e[0] == "delta"] == [
+        ("delta", {"content": "Hello"}), ("delta", {"content": " Ada"})]
+    assert events[-1][0] == "done"
+
+
 def test_a_memory_event_is_sent_as_the_write_lands(upstream, chat_sections, make_client):
     client = make_client(**chat_sections())
     pieces = ["one ", "two ", "three ", "four ", "five"]

@@ -220,6 +220,17 @@ def test_chat_streams_ndjson_lines_ending_with_counts(
     ]
 
 
+def test_counts_are_left_out_when_the_upstream_reports_none(
+    client: ollama.Client, upstream: ScriptedUpstream
+) -> None:
+    nothing = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    upstream.script(MAIN_MODEL, Reply(content="Hi", usage=nothing), Reply(content="Hi", usage=nothing))
+    whole = client.chat(model=MODEL_ID, messages=hello())
+    last = list(client.chat(model=MODEL_ID, messages=hello(), stream=True))[-1]
+    for reply in (whole, last):
+        assert (reply.done, reply.prompt_eval_count, reply.eval_count) == (True, None, None)
+
+
 def test_options_format_and_images_are_translated(
     client: ollama.Client, upstream: ScriptedUpstream
 ) -> None:

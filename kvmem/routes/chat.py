@@ -151,8 +151,8 @@ async def _events(turn: Turn, chunks: AsyncIterator[dict[str, Any]]) -> AsyncGen
         if text:
             parts.append(text)
             yield sse("delta", {"content": text})
-        # Agent writes go out as they land, between deltas, not after the last one; never
-        # before the first delta (held chunks before it, a role chunk, carry no text).
+        # Agent writes go out as they land, between deltas, not after the last one (and
+        # never before the first: the reply starts with text).
         if parts:
             for update in run.landed():
                 yield sse("memory", update.as_json())

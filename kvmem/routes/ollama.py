@@ -45,6 +45,7 @@ NDJSON = "application/x-ndjson"
 
 
 async def chat(request: Request) -> Response:
+    """`POST /api/chat`: a chat, answered in Ollama's shape."""
     started = time.monotonic_ns()
     services = services_of(request)
     user_id = await user_of(request)
@@ -57,6 +58,7 @@ async def chat(request: Request) -> Response:
 
 
 async def generate(request: Request) -> Response:
+    """`POST /api/generate`: a prompt (and `system`), the text in `response`."""
     started = time.monotonic_ns()
     services = services_of(request)
     user_id = await user_of(request)
@@ -125,6 +127,7 @@ def _served(services: Services, wanted: str) -> str:
 
 
 async def tags(request: Request) -> Response:
+    """`GET /api/tags`: the served models as Ollama models."""
     services = services_of(request)
     await user_of(request)
     now = timestamp()
@@ -134,6 +137,7 @@ async def tags(request: Request) -> Response:
 
 
 async def show(request: Request) -> Response:
+    """`POST /api/show`: one served model's details and capabilities."""
     services = services_of(request)
     await user_of(request)
     body = await _read(request, services, ShowBody)
@@ -141,13 +145,15 @@ async def show(request: Request) -> Response:
 
 
 async def version(request: Request) -> Response:
+    """`GET /api/version`: the Ollama API version kvmem serves."""
     await user_of(request)
     return JSONResponse({"version": OLLAMA_API_VERSION})
 
 
 async def running(request: Request) -> Response:
+    """`GET /api/ps`: the loaded models (none: they run upstream)."""
     await user_of(request)
-    return JSONResponse({"models": []})  # nothing is loaded here: the models run upstream
+    return JSONResponse({"models": []})
 
 
 routes = [

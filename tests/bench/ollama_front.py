@@ -1,10 +1,12 @@
 """`python -m tests.bench.ollama_front [--quick] [--out DIR]`: what Ollama's front costs.
 
 One kvmem (agent off, a user with 20 entries, the benchmark's scripted upstream) answers the
-same streamed chat on `/v1/chat/completions` and on `/api/chat`, in interleaved rounds so
-that drifts of the machine hit both alike. Time to the first body byte (the first text, on
-both: the upstream's first chunk carries it) and to the last, at c=1; the target is that the
-Ollama front adds at most 0.5 ms of TTFB p50 over `/v1`. Prints a markdown table and writes
+same streamed chat on `/v1/chat/completions` (plain, and asking for usage as the Ollama front
+does) and on `/api/chat`, requests taking turns one by one so that drifts of the machine hit
+all alike. Time to the first body byte (the first text, on all: the upstream's first chunk
+carries it) and to the last, at c=1; the target is that the Ollama front adds at most 0.5 ms
+of TTFB over `/v1` (the median of the differences to the neighbouring /v1 request). Also each
+front's own work in-process, without server or model. Prints a markdown table and writes
 `ollama_front.json` to the results folder.
 """
 
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 import uvloop
 
 from tests.bench.load import (
@@ -49,10 +52,13 @@ class Plan:
     warmup_requests: int = 100
     rounds: int = 20
     requests: int = 100
+    cpu_rounds: int = 5
+    in_process_iterations: int = 20_000
 
 
 FULL = Plan("full")
-QUICK = Plan("quick", warmup_requests=20, rounds=4, requests=25)
+QUICK = Plan("quick", warmup_requests=20, rounds=4, requests=25, cpu_rounds=2,
+             in_process_iterations=2_000)
 
 
 async def ndjson_once(client: aiohttp.ClientSession, url: str, body: bytes, batch: Batch) -> None:
@@ -80,6 +86,12 @@ async def ndjson_once(client: aiohttp.ClientSession, url: str, body: bytes, batc
     batch.latencies.append(ended - started)
 
 
+def v1_usage_body() -> bytes:
+    """The /v1 streamed chat with `stream_options.include_usage`."""
+    return json.dumps({**json.loads(chat_body(MAIN_MODEL, stream=True)),
+                       "stream_options": {"include_usage": True}}).encode()
+
+
 def ollama_body() -> bytes:
     """The same chat as `chat_body(stream=True)`, in Ollama's shape (streamed by default)."""
     messages = json.loads(chat_body(MAIN_MODEL))["messages"]
@@ -97,42 +109,146 @@ async def one_batch(once: Any, client: aiohttp.ClientSession, url: str, body: by
     return batch
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the server process has used so far."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
 async def measure(kvmem: Server, plan: Plan) -> dict[str, Any]:
-    """Both fronts, interleaved; per front TTFB/TTLB p50/p99 and the difference."""
+    """Each front: TTFB/TTLB p50/p99 from requests taking turns one by one (so each Ollama
+    request has /v1 neighbours that met the same machine), the median of the Ollama request's
+    differences to its neighbours, and the server's CPU per request from whole batches."""
+    v1 = f"{kvmem.url}/v1/chat/completions"
     fronts = {
-        "v1": (stream_once, f"{kvmem.url}/v1/chat/completions", chat_body(MAIN_MODEL, stream=True)),
+        "v1": (stream_once, v1, chat_body(MAIN_MODEL, stream=True)),
+        # The Ollama front asks the upstream for usage (for its counts): /v1 asking the same.
+        "v1_usage": (stream_once, v1, v1_usage_body()),
         "ollama": (ndjson_once, f"{kvmem.url}/api/chat", ollama_body()),
     }
-    batches: dict[str, list[Batch]] = {name: [] for name in fronts}
+    batches = {name: Batch() for name in fronts}
+    diffs: dict[str, list[float]] = {"ttfb": [], "ttlb": [], "ttfb_usage": [], "ttlb_usage": []}
+    cpu = {name: 0.0 for name in fronts}
+    cpu_requests = {name: 0 for name in fronts}
     async with session(1) as client:
         for once, url, body in fronts.values():
             warm = await one_batch(once, client, url, body, plan.warmup_requests)
             if warm.errors:
                 raise RuntimeError(f"{url} failed during warm-up: {warm.error_samples}")
-        for _ in range(plan.rounds):
+        for index in range(plan.rounds * plan.requests):
+            pair = {name: Batch() for name in fronts}
+            order = list(fronts)[index % 3:] + list(fronts)[: index % 3]  # each goes first in turn
+            for name in order:
+                once, url, body = fronts[name]
+                await once(client, url, body, pair[name])
+            for name, one in pair.items():
+                batches[name].first_bytes += one.first_bytes
+                batches[name].latencies += one.latencies
+                batches[name].errors += one.errors
+            if all(one.first_bytes for one in pair.values()):
+                for suffix, base in (("", "v1"), ("_usage", "v1_usage")):
+                    diffs["ttfb" + suffix].append(pair["ollama"].first_bytes[0] - pair[base].first_bytes[0])
+                    diffs["ttlb" + suffix].append(pair["ollama"].latencies[0] - pair[base].latencies[0])
+        for _ in range(plan.cpu_rounds):
             for name, (once, url, body) in fronts.items():
-                batches[name].append(await one_batch(once, client, url, body, plan.requests))
+                before = cpu_seconds(kvmem.pid)
+                done = await one_batch(once, client, url, body, plan.requests)
+                cpu[name] += cpu_seconds(kvmem.pid) - before
+                cpu_requests[name] += len(done.latencies)
     table: dict[str, Any] = {}
-    for name, runs in batches.items():
-        first = [v for b in runs for v in b.first_bytes]
-        last = [v for b in runs for v in b.latencies]
+    for name, batch in batches.items():
         table[name] = {
-            "n": len(first),
-            "errors": sum(b.errors for b in runs),
-            "ttfb_p50_ms": ms(percentile(first, 50)),
-            "ttfb_p99_ms": ms(percentile(first, 99)),
-            "ttlb_p50_ms": ms(percentile(last, 50)),
-            "ttlb_p99_ms": ms(percentile(last, 99)),
-            "round_ttfb_p50s_ms": [ms(percentile(b.first_bytes, 50)) for b in runs],
+            "n": len(batch.first_bytes),
+            "errors": batch.errors,
+            "ttfb_p50_ms": ms(percentile(batch.first_bytes, 50)),
+            "ttfb_p99_ms": ms(percentile(batch.first_bytes, 99)),
+            "ttlb_p50_ms": ms(percentile(batch.latencies, 50)),
+            "ttlb_p99_ms": ms(percentile(batch.latencies, 99)),
+            "server_cpu_ms_per_request": (
+                round(1000 * cpu[name] / cpu_requests[name], 3) if cpu_requests[name] else None),
         }
-    added = round(table["ollama"]["ttfb_p50_ms"] - table["v1"]["ttfb_p50_ms"], 3)
+    added = ms(percentile(diffs["ttfb"], 50))
+    cpu_of = {name: row["server_cpu_ms_per_request"] for name, row in table.items()}
     return {
         "fronts": table,
         "added_ttfb_p50_ms": added,
-        "added_ttlb_p50_ms": round(table["ollama"]["ttlb_p50_ms"] - table["v1"]["ttlb_p50_ms"], 3),
+        "added_ttlb_p50_ms": ms(percentile(diffs["ttlb"], 50)),
+        "added_server_cpu_ms_per_request": round(cpu_of["ollama"] - cpu_of["v1"], 3),
+        "over_v1_usage": {
+            "added_ttfb_p50_ms": ms(percentile(diffs["ttfb_usage"], 50)),
+            "added_ttlb_p50_ms": ms(percentile(diffs["ttlb_usage"], 50)),
+            "added_server_cpu_ms_per_request": round(cpu_of["ollama"] - cpu_of["v1_usage"], 3),
+        },
         "target": f"Ollama front adds at most {TARGET_MS} ms TTFB p50 over /v1",
         "result": "PASS" if added <= TARGET_MS else "MISS",
     }
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    """A `chat.completion.chunk` as litellm hands it to kvmem."""
+    return {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0,
+            "model": "bench-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+STREAM = [chunk({"role": "assistant", "content": "word0 "}),
+          *(chunk({"content": f"word{i} "}) for i in range(1, 10)), chunk({}, "stop"),
+          {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0,
+           "model": "bench-model", "choices": [],
+           "usage": {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}}]
+
+
+async def front_work(iterations: int) -> dict[str, Any]:
+    """What each front does on its own, in-process, without the server or the model: read the
+    request (parse, validate, translate) and render the stream (first piece, then the rest).
+    The model call, memory and the HTTP server are the same for both and left out."""
+    from kvmem.bodies import parse_json, validate
+    from kvmem.main_call import chat_lines
+    from kvmem.ollama_shapes import ChatBody, Reply, chat_messages, has_output
+    from kvmem.routes import openai
+
+    async def chunks() -> Any:
+        for one in STREAM:
+            yield one
+
+    async def v1() -> tuple[float, float]:
+        started = time.perf_counter()
+        body = parse_json(chat_body(MAIN_MODEL, stream=True))
+        _, messages, _ = openai._check_request(body)
+        chat_lines(messages)
+        {k: v for k, v in body.items() if k not in openai.OWN_FIELDS}
+        rendered = openai._events(chunks())
+        await anext(rendered)
+        first = time.perf_counter()
+        async for _ in rendered:
+            pass
+        return first - started, time.perf_counter() - started
+
+    async def ollama() -> tuple[float, float]:
+        started = time.perf_counter()
+        body = validate(ChatBody, parse_json(ollama_body()))
+        messages = chat_messages(body.messages)
+        chat_lines(messages)
+        body.params()
+        has_output(STREAM[0])
+        rendered = Reply("chat", MAIN_MODEL, time.monotonic_ns()).lines(chunks())
+        await anext(rendered)
+        first = time.perf_counter()
+        async for _ in rendered:
+            pass
+        return first - started, time.perf_counter() - started
+
+    results: dict[str, Any] = {}
+    for name, work in (("v1", v1), ("ollama", ollama)):
+        for _ in range(iterations // 10):
+            await work()
+        timings = [await work() for _ in range(iterations)]
+        results[name] = {"to_first_piece_us": round(1e6 * percentile([t[0] for t in timings], 50), 1),
+                         "whole_stream_us": round(1e6 * percentile([t[1] for t in timings], 50), 1)}
+    results["added_to_first_piece_us"] = round(
+        results["ollama"]["to_first_piece_us"] - results["v1"]["to_first_piece_us"], 1)
+    results["added_whole_stream_us"] = round(
+        results["ollama"]["whole_stream_us"] - results["v1"]["whole_stream_us"], 1)
+    return results
 
 
 async def seed(kvmem: Server) -> None:
@@ -154,22 +270,41 @@ async def run(plan: Plan, workdir: Path) -> dict[str, Any]:
         upstream.wait_ready(30)
         kvmem.wait_ready(90)
         await seed(kvmem)
-        return await measure(kvmem, plan)
+        results = await measure(kvmem, plan)
+    results["in_process"] = await front_work(plan.in_process_iterations)
+    return results
 
 
 def table(results: dict[str, Any]) -> str:
     """The markdown table of one run."""
-    lines = ["| front | n | TTFB p50 | TTFB p99 | TTLB p50 | TTLB p99 | errors |",
-             "|---|---|---|---|---|---|---|"]
-    for name, label in (("v1", "`/v1/chat/completions`"), ("ollama", "`/api/chat`")):
+    lines = ["| front | n | TTFB p50 | TTFB p99 | TTLB p50 | TTLB p99 | server CPU/request | errors |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, label in (("v1", "`/v1/chat/completions`"),
+                        ("v1_usage", "`/v1/chat/completions`, `include_usage`"),
+                        ("ollama", "`/api/chat`")):
         row = results["fronts"][name]
         lines.append(f"| {label} | {row['n']} | {row['ttfb_p50_ms']:.2f} ms | "
                      f"{row['ttfb_p99_ms']:.2f} ms | {row['ttlb_p50_ms']:.2f} ms | "
-                     f"{row['ttlb_p99_ms']:.2f} ms | {row['errors']} |")
+                     f"{row['ttlb_p99_ms']:.2f} ms | {row['server_cpu_ms_per_request']:.2f} ms | "
+                     f"{row['errors']} |")
     lines.append("")
-    lines.append(f"Ollama front, added TTFB p50: {results['added_ttfb_p50_ms']:+.3f} ms "
-                 f"(TTLB p50 {results['added_ttlb_p50_ms']:+.3f} ms); "
+    lines.append(f"Ollama front, added TTFB (median of paired differences): "
+                 f"{results['added_ttfb_p50_ms']:+.3f} ms "
+                 f"(TTLB {results['added_ttlb_p50_ms']:+.3f} ms, server CPU per request "
+                 f"{results['added_server_cpu_ms_per_request']:+.3f} ms); "
                  f"{results['target']}: {results['result']}")
+    usage = results["over_v1_usage"]
+    lines.append(f"Over /v1 asking for usage as the Ollama front does: TTFB "
+                 f"{usage['added_ttfb_p50_ms']:+.3f} ms, TTLB {usage['added_ttlb_p50_ms']:+.3f} ms, "
+                 f"server CPU per request {usage['added_server_cpu_ms_per_request']:+.3f} ms")
+    work = results["in_process"]
+    lines.append("")
+    lines.append(f"In-process, each front's own work (read the request, render the stream; p50): "
+                 f"/v1 {work['v1']['to_first_piece_us']:.0f} us to the first piece, "
+                 f"{work['v1']['whole_stream_us']:.0f} us in all; /api/chat "
+                 f"{work['ollama']['to_first_piece_us']:.0f} us and "
+                 f"{work['ollama']['whole_stream_us']:.0f} us (added "
+                 f"{work['added_to_first_piece_us']:+.0f} us and {work['added_whole_stream_us']:+.0f} us)")
     return "\n".join(lines)
 
 
