@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -20,6 +21,7 @@ from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import KvmemError, MethodNotAllowed, NotFound, openai_error_body
 from kvmem.provider import LiteLLMClient, agent_target, chat_target
+from kvmem.retention import sweep_history
 from kvmem.routes import chat, health, memory, openai
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
@@ -77,9 +79,12 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         services = build_services(config, database=database, tokens=tokens, client=client)
+        sweep = asyncio.create_task(sweep_history(services.store), name="kvmem-history-sweep")
         try:
             yield {"services": services}
         finally:
+            sweep.cancel()
+            await asyncio.gather(sweep, return_exceptions=True)
             # Agent runs may finish until their own deadlines (a memory the user just asked
             # for still lands during a deploy), never longer than drain_seconds; then the
             # rest are cancelled, and a write not committed by then is not made.
