@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -25,6 +26,7 @@ from kvmem.mcp_server import McpEndpoint, McpHttp
 from kvmem.metrics import Metrics, MetricsMiddleware
 from kvmem.provider import LiteLLMClient, agent_target, chat_target
 from kvmem.redaction import SecretScrubber
+from kvmem.retention import sweep_history
 from kvmem.routes import chat, health, hooks, memory, ollama, openai, ops, sessions, ui
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
@@ -103,12 +105,15 @@ def create_app(
             config, database=database, tokens=tokens, client=client, metrics=metrics
         )
         mcp = McpHttp(services)
+        sweep = asyncio.create_task(sweep_history(services.store), name="kvmem-history-sweep")
         try:
             # The MCP transport's task group lives as long as the app; it ends first, so no
             # MCP call is still writing while the rest shuts down.
             async with mcp.running():
                 yield {"services": services, MCP_STATE: mcp}
         finally:
+            sweep.cancel()
+            await asyncio.gather(sweep, return_exceptions=True)
             # Agent runs may finish until their own deadlines (a memory the user just asked
             # for still lands during a deploy), never longer than drain_seconds; then the
             # rest are cancelled, and a write not committed by then is not made.

@@ -9,7 +9,8 @@ expired changes are deleted in their next write transaction. One indexed look at
 oldest change decides whether there is anything to delete, and tells when there next can be
 (that change's time + N days): until then the write path does not look again. Another
 process can only add newer changes or delete some, so that moment never comes sooner.
-`keep_days: 0` records nothing.
+The changes of users who stopped writing are swept by `prune_all`, which the app runs at
+start and then hourly. `keep_days: 0` records nothing.
 """
 
 from __future__ import annotations
@@ -177,6 +178,23 @@ class ChangeLog:
             return result.rowcount
         self._remember(user_id, now, oldest)
         return 0
+
+    def prune_all(self, session: Session, batch: int) -> int:
+        """Delete up to `batch` expired changes of any user (the periodic sweep for users who
+        stopped writing); how many. On PostgreSQL rows a user's write is pruning right now
+        are skipped, not waited for, so the sweep never deadlocks with a write."""
+        expired = (
+            select(MemoryChange.id)
+            .where(MemoryChange.at < self.cutoff())
+            .order_by(MemoryChange.id)
+            .limit(batch)
+        )
+        if session.get_bind().dialect.name == "postgresql":
+            expired = expired.with_for_update(skip_locked=True)
+        ids = list(session.scalars(expired))
+        if not ids:
+            return 0
+        return session.execute(delete(MemoryChange).where(MemoryChange.id.in_(ids))).rowcount
 
     def _remember(self, user_id: str, now: datetime, oldest: datetime | None) -> None:
         if oldest is not None:

@@ -469,6 +469,18 @@ class MemoryStore:
                 _, recorded = self._delete_locked(session, user_id, row, "revert", conversation_id)
             return Reverted(None, _total(session, user_id), recorded)
 
+    def prune_expired_history(self, batch: int = 1000) -> int:
+        """Delete every user's changes older than `keep_days`, `batch` per transaction (short
+        transactions, so writers wait little); how many. The one query not scoped by user:
+        it is maintenance, and reads nothing back."""
+        total = 0
+        while True:
+            with self.database.writing() as session:
+                deleted = self.history_log.prune_all(session, batch)
+            total += deleted
+            if deleted < batch:
+                return total
+
     def clear_history(self, user_id: str) -> int:
         """Erase the user's change history (entries stay); how many changes were erased."""
         with self.database.writing() as session:

@@ -256,6 +256,14 @@ def test_memory_history_and_revert(kvmem: Callable[..., Result], store: MemorySt
     assert (reverted.code, reverted.stderr) == (0, "")
     assert reverted.json() == {"memory": entry("likes", "tea", 1, "revert"), "total_tokens": 3, "token_limit": 20}
     assert stored(store) == [("job", "baker", "manual"), ("likes", "tea", "revert")]
+    # The CLI's own writes are recorded too.
+    assert kvmem("memory", "set", "likes", "green tea").code == 0
+    assert kvmem("memory", "delete", "job").code == 0
+    assert history_of(kvmem("memory", "history"))[:3] == [
+        ("job", "delete", "baker", None, "manual"),
+        ("likes", "set", "tea", "green tea", "manual"),
+        ("likes", "set", "coffee", "tea", "revert"),
+    ]
 
     alices_change = alices.json()["changes"][0]["id"]
     refused, malformed = (

@@ -26,7 +26,13 @@ from kvmem.tables import (
     UserSession,
     utcnow,
 )
-from tests.support.apps import AGENT_MODEL, MAIN_MODEL, set_memory, wait_agents_idle
+from tests.support.apps import (
+    AGENT_MODEL,
+    MAIN_MODEL,
+    set_memory,
+    wait_agents_idle,
+    wait_until,
+)
 from tests.support.matchers import ISO_TIME, entry
 from tests.support.upstream import Reply
 
@@ -666,7 +672,10 @@ def stored_changes(database: Database, user_id: str) -> int:
 def test_changes_older_than_keep_days_are_never_shown_and_removed_on_the_next_write(
     make_client: MakeClient, database: Database
 ) -> None:
+    old_change(database, "sentinel", "likes", days=31)
     client = make_client(memory={"history": {"keep_days": 30}})
+    # The app sweeps expired changes when it starts: wait for that, then plant old ones.
+    wait_until(lambda: stored_changes(database, "sentinel") == 0, 10, "the history sweep")
     old_change(database, "local", "likes", days=31)
     old_change(database, "local", "likes", days=29)
     old_change(database, "other", "likes", days=31)
@@ -676,6 +685,18 @@ def test_changes_older_than_keep_days_are_never_shown_and_removed_on_the_next_wr
     assert stored_changes(database, "local") == 2  # the 29-day-old one and the new one
     assert len(client.get("/memory/likes/history").json()["changes"]) == 2
     assert stored_changes(database, "other") == 1  # pruned when "other" next writes
+
+
+def test_the_sweep_removes_expired_changes_of_users_who_no_longer_write(
+    make_client: MakeClient, database: Database
+) -> None:
+    old_change(database, "idle", "likes", days=31)
+    old_change(database, "idle", "likes", days=29)
+    old_change(database, "gone", "job", days=400)
+    make_client(memory={"history": {"keep_days": 30}})  # the app sweeps when it starts
+    wait_until(lambda: stored_changes(database, "gone") == 0, 10, "the history sweep")
+    wait_until(lambda: stored_changes(database, "idle") == 1, 10, "the history sweep")
+    assert stored_changes(database, "idle") == 1  # the 29-day-old change stays
 
 
 def test_keep_days_zero_records_no_history(make_client: MakeClient, database: Database) -> None:

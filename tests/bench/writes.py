@@ -5,7 +5,9 @@ recording each write's history costs (`history_cost`: the same writes against a 
 from __future__ import annotations
 
 import json
+import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -97,4 +99,47 @@ async def history_cost(with_history: str, without_history: str, writers: int, pe
         "history_off": {**off, "errors": errors["off"]},
         "slower_p50_pct": slower("p50_ms"),
         "slower_mean_pct": slower("mean_ms"),
+    }
+
+
+def store_cost(workdir: Path, writes: int, rounds: int) -> dict[str, Any]:
+    """`MemoryStore.set` in this process, on two SQLite files, history on (keep_days 90) and
+    off (0), rounds interleaved: the cost of recording a change without HTTP around it."""
+    from kvmem.config import Config
+    from kvmem.db import Database
+    from kvmem.migrate import upgrade
+    from kvmem.rules import MemoryRules
+    from kvmem.store import MemoryStore
+    from kvmem.tokens import TokenCounter
+
+    tokens, stores, databases = TokenCounter(), {}, []
+    for arm, days in (("on", 90), ("off", 0)):
+        config = Config.model_validate(
+            {"database": {"url": f"sqlite:///{workdir / f'store_history_{arm}.db'}"}}
+        )
+        databases.append(Database.from_config(config.database))
+        upgrade(databases[-1].engine)
+        stores[arm] = MemoryStore(databases[-1], MemoryRules.from_config(config.memory), tokens,
+                                  keep_days=days)
+    pooled: dict[str, list[float]] = {"on": [], "off": []}
+    try:
+        for number in range(rounds):
+            for arm in ("on", "off") if number % 2 == 0 else ("off", "on"):
+                for index in range(writes):
+                    started = time.perf_counter()
+                    stores[arm].set("bench", f"k{index % KEYS_PER_WRITER}", f"v {number} {index}")
+                    pooled[arm].append(time.perf_counter() - started)
+    finally:
+        for database in databases:
+            database.dispose()
+    on, off = summary_ms(pooled["on"]), summary_ms(pooled["off"])
+    return {
+        "writers": "in-process",
+        "rounds": rounds,
+        "history_on": {**on, "errors": 0},
+        "history_off": {**off, "errors": 0},
+        "slower_p50_pct": round(100 * (on["p50_ms"] - off["p50_ms"]) / off["p50_ms"], 1),
+        "slower_mean_pct": round(
+            100 * (statistics.fmean(pooled["on"]) - statistics.fmean(pooled["off"]))
+            / statistics.fmean(pooled["off"]), 1),
     }
