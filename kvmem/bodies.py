@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError
 from starlette.requests import Request
 
-from kvmem.errors import BadRequest, BodyTooLarge, RequestTimeout
+from kvmem.errors import BadRequest, BodyTooLarge, RequestTimeout, describe_problems
 
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -70,7 +70,6 @@ def _configured_body_timeout(request: Request) -> float | None:
 
 # A `\uD800`-`\uDFFF` escape: JSON allows it, but a lone one is no character at all.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-MAX_PROBLEMS = 5
 
 
 def parse_json(raw: bytes) -> Any:
@@ -100,14 +99,7 @@ def validate(model: type[Body], data: Any) -> Body:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc'])[:100] or 'body'}: {error['msg']}"
-            for error in errors[:MAX_PROBLEMS]
-        )
-        if len(errors) > MAX_PROBLEMS:
-            problems += f"; and {len(errors) - MAX_PROBLEMS} more"
-        raise BadRequest(f"invalid request body: {problems}") from exc
+        raise BadRequest(f"invalid request body: {describe_problems(exc, 'body')}") from exc
 
 
 async def read_model(request: Request, model: type[Body], max_bytes: int) -> Body:

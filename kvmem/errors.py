@@ -32,7 +32,10 @@ that OpenAI's SDKs raise the right exception class.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class KvmemError(Exception):
@@ -250,3 +253,19 @@ def openai_error_body(exc: KvmemError) -> dict[str, Any]:
 
 class ConfigError(Exception):
     """memory.yaml cannot be read or is invalid; the message names the file and the field."""
+
+
+# How many of a body's problems an error message names before it says "and N more".
+MAX_PROBLEMS = 5
+
+
+def describe_problems(exc: ValidationError, whole: str) -> str:
+    """What is wrong, field by field (the first few); `whole` names the value itself."""
+    errors = exc.errors(include_url=False)
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in error['loc'])[:100] or whole}: {error['msg']}"
+        for error in errors[:MAX_PROBLEMS]
+    )
+    if len(errors) > MAX_PROBLEMS:
+        problems += f"; and {len(errors) - MAX_PROBLEMS} more"
+    return problems

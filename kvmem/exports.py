@@ -13,12 +13,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
-from kvmem.errors import BadRequest
+from kvmem.errors import BadRequest, describe_problems
 from kvmem.store import Snapshot, iso
 from kvmem.tables import utcnow
 
 FORMAT = "kvmem.memory.v1"
-MAX_PROBLEMS = 5
 
 
 def export_document(user_id: str, snapshot: Snapshot) -> dict[str, Any]:
@@ -58,12 +57,7 @@ def read_document(data: Any) -> list[tuple[str, str]]:
     try:
         document = MemoryDocument.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc'])[:100] or 'document'}: {error['msg']}"
-            for error in errors[:MAX_PROBLEMS]
-        )
-        if len(errors) > MAX_PROBLEMS:
-            problems += f"; and {len(errors) - MAX_PROBLEMS} more"
-        raise BadRequest(f"invalid memory document: {problems}") from exc
+        raise BadRequest(
+            f"invalid memory document: {describe_problems(exc, 'document')}"
+        ) from exc
     return [(entry.key, entry.value) for entry in document.memories]

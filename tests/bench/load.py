@@ -78,8 +78,11 @@ async def post_once(client: aiohttp.ClientSession, url: str, body: bytes, batch:
         batch.note_error(f"{status}: {payload[:200]!r}")
 
 
-async def stream_once(client: aiohttp.ClientSession, url: str, body: bytes, batch: Batch) -> None:
-    """One streamed POST: time to the first body byte and to the end of the stream."""
+async def stream_once(
+    client: aiohttp.ClientSession, url: str, body: bytes, batch: Batch, end: bytes = b"[DONE]"
+) -> None:
+    """One streamed POST: time to the first body byte and to the end of the stream, which
+    must close with `end` (`[DONE]` for SSE; Ollama's NDJSON ends on a `"done":true` line)."""
     started = time.perf_counter()
     first: float | None = None
     tail = b""
@@ -91,13 +94,13 @@ async def stream_once(client: aiohttp.ClientSession, url: str, body: bytes, batc
             async for piece in response.content.iter_any():
                 if first is None:
                     first = time.perf_counter()
-                tail = (tail + piece)[-64:]
+                tail = (tail + piece)[-200:]
     except (TimeoutError, aiohttp.ClientError) as exc:
         batch.note_error(f"{type(exc).__name__}: {exc}")
         return
     ended = time.perf_counter()
-    if first is None or b"[DONE]" not in tail:
-        batch.note_error(f"stream ended without [DONE]: {tail!r}")
+    if first is None or end not in tail:
+        batch.note_error(f"stream ended without {end!r}: {tail!r}")
         return
     batch.first_bytes.append(first - started)
     batch.latencies.append(ended - started)

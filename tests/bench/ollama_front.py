@@ -63,27 +63,7 @@ QUICK = Plan("quick", warmup_requests=20, rounds=4, requests=25, cpu_rounds=2,
 
 async def ndjson_once(client: aiohttp.ClientSession, url: str, body: bytes, batch: Batch) -> None:
     """One streamed `/api/chat`: time to the first body byte and to the last line."""
-    started = time.perf_counter()
-    first: float | None = None
-    tail = b""
-    try:
-        async with client.post(url, data=body, headers=JSON_HEADERS) as response:
-            if response.status != 200:
-                batch.note_error(f"{response.status}: {(await response.read())[:200]!r}")
-                return
-            async for piece in response.content.iter_any():
-                if first is None:
-                    first = time.perf_counter()
-                tail = (tail + piece)[-200:]
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        batch.note_error(f"{type(exc).__name__}: {exc}")
-        return
-    ended = time.perf_counter()
-    if first is None or b'"done":true' not in tail:
-        batch.note_error(f"stream ended without its done line: {tail!r}")
-        return
-    batch.first_bytes.append(first - started)
-    batch.latencies.append(ended - started)
+    await stream_once(client, url, body, batch, end=b'"done":true')
 
 
 def v1_usage_body() -> bytes:
