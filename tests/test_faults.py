@@ -35,6 +35,9 @@ from tests.support.apps import (
 from tests.support.bounds import at_most
 from tests.support.upstream import Reply, completion
 
+# Every test here runs on the direct client and on litellm (see conftest `chat_client`).
+pytestmark = pytest.mark.both_clients
+
 TIMEOUT = 1  # chat.timeout for these tests, in seconds
 
 
