@@ -70,7 +70,7 @@ RICH_STREAM = b"".join(b"data: " + compact(event) + b"\n\n" for event in RICH_CH
 
 @pytest.fixture
 def client(make_client: Callable[..., TestClient], chat_sections: Any) -> TestClient:
-    return make_client(**chat_sections(agent={"enabled": False}))
+    return make_client(**chat_sections(agent={"enabled": False}, chat={"client": "direct"}))
 
 
 def test_a_completion_reaches_the_client_byte_for_byte(client: TestClient, upstream: Any) -> None:
