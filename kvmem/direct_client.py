@@ -77,7 +77,7 @@ class DirectClient:
                 keepalive_expiry=UPSTREAM_KEEPALIVE_SECONDS,
             ),
             follow_redirects=False,  # a redirect would resend the key to wherever it points
-            trust_env=False,  # the configured base URL is the one reached, no proxy variables
+            # trust_env stays on: HTTPS_PROXY/NO_PROXY and SSL_CERT_FILE apply, as for litellm.
             transport=transport,
         )
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from starlette.testclient import TestClient
 
 from kvmem.config import Config
@@ -238,3 +239,10 @@ def test_a_direct_only_server_never_imports_litellm(database: Any, database_url:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             check=False, timeout=120)
     assert (result.returncode, result.stdout, result.stderr) == (0, "[]\n", "")
+
+
+def test_an_unknown_client_is_a_config_error() -> None:
+    with pytest.raises(ValidationError) as caught:
+        Config.model_validate({"chat": {"client": "fast"}})
+    assert [(error["loc"], error["type"]) for error in caught.value.errors()] == [
+        (("chat", "client"), "literal_error")]
