@@ -54,7 +54,7 @@ OPENAI_ERROR_FIELDS = ("message", "type", "param", "code")
 
 
 class DirectClient:
-    """Calls OpenAI-compatible `/chat/completions` endpoints with one pooled `httpx` client.
+    """Calls OpenAI-compatible `/chat/completions` endpoints over pooled `httpx` clients.
 
     `on_call(kind, seconds)`, when given, hears how long each call took (a stream: until it
     ended), whether it succeeded or not.
@@ -70,20 +70,33 @@ class DirectClient:
     ) -> None:
         self.scrubber = scrubber or SecretScrubber()
         self.on_call = on_call
-        self._http = httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=max_connections,
-                max_keepalive_connections=max_connections,
-                keepalive_expiry=UPSTREAM_KEEPALIVE_SECONDS,
-            ),
-            follow_redirects=False,  # a redirect would resend the key to wherever it points
-            # trust_env stays on: HTTPS_PROXY/NO_PROXY and SSL_CERT_FILE apply, as for litellm.
-            transport=transport,
-        )
+        self._max_connections = max_connections
+        self._transport = transport
+        # One pool per kind of call (main, agent): httpcore's pool scans every connection it
+        # holds (a poll per idle one) each time a request starts or ends, so one pool for
+        # both kinds cost a third of kvmem's busy time at c=32 with the agent on.
+        self._pools: dict[str, httpx.AsyncClient] = {}
+
+    def _pool(self, kind: str) -> httpx.AsyncClient:
+        pool = self._pools.get(kind)
+        if pool is None:
+            pool = self._pools[kind] = httpx.AsyncClient(
+                limits=httpx.Limits(
+                    max_connections=self._max_connections,
+                    max_keepalive_connections=self._max_connections,
+                    keepalive_expiry=UPSTREAM_KEEPALIVE_SECONDS,
+                ),
+                follow_redirects=False,  # a redirect would resend the key to wherever it points
+                # trust_env stays on: HTTPS_PROXY/NO_PROXY and SSL_CERT_FILE apply, as for litellm.
+                transport=self._transport,
+            )
+        return pool
 
     async def aclose(self) -> None:
-        """Close the pool (at shutdown)."""
-        await self._http.aclose()
+        """Close the pools (at shutdown)."""
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.aclose()
 
     async def complete(
         self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
@@ -108,7 +121,7 @@ class DirectClient:
         self, target: Target, messages: list[dict[str, Any]], user_id: str, request: dict[str, Any]
     ) -> Any:
         try:
-            async with self._http.stream(
+            async with self._pool(target.kind).stream(
                 "POST", **self._arguments(target, messages, user_id, request)
             ) as response:
                 data = await _read_capped(response)
@@ -137,8 +150,9 @@ class DirectClient:
         try:
             try:
                 async with asyncio.timeout(target.timeout + TIMEOUT_SLACK):
-                    response = await self._http.send(
-                        self._http.build_request("POST", **arguments), stream=True
+                    pool = self._pool(target.kind)
+                    response = await pool.send(
+                        pool.build_request("POST", **arguments), stream=True
                     )
                     if response.status_code != 200:
                         raise self._status_error(response, await _read_capped(response))
