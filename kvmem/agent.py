@@ -51,7 +51,7 @@ from kvmem.errors import (
 from kvmem.intent import IntentGate
 from kvmem.metrics import Metrics
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
-from kvmem.provider import LiteLLMClient, Target, token_prices
+from kvmem.provider import ModelClient, Target, token_prices
 from kvmem.redaction import SecretScrubber
 from kvmem.store import Entry, MemoryStore
 from kvmem.tables import utcnow
@@ -72,7 +72,7 @@ class MemoryAgent:
         self,
         config: Config,
         store: MemoryStore,
-        client: LiteLLMClient,
+        client: ModelClient,
         target: Target | None,
         *,
         usage: UsageStore | None = None,

@@ -24,8 +24,7 @@ from kvmem.db import Database
 from kvmem.errors import KvmemError, MethodNotAllowed, NotFound, openai_error_body
 from kvmem.mcp_server import McpEndpoint, McpHttp
 from kvmem.metrics import Metrics, MetricsMiddleware
-from kvmem.provider import LiteLLMClient, agent_target, chat_target
-from kvmem.redaction import SecretScrubber
+from kvmem.provider import ModelClient, agent_target, chat_target
 from kvmem.retention import sweep_history
 from kvmem.routes import chat, health, hooks, memory, ollama, openai, ops, sessions, ui
 from kvmem.rules import MemoryRules
@@ -46,16 +45,14 @@ def build_services(
     *,
     database: Database | None = None,
     tokens: TokenCounter | None = None,
-    client: LiteLLMClient | None = None,
+    client: ModelClient | None = None,
     metrics: Metrics | None = None,
 ) -> Services:
     """The services for `config`; pass `database`, `tokens` or `client` to share existing ones."""
     database = database or Database.from_config(config.database)
     tokens = tokens or TokenCounter()
     metrics = metrics or Metrics()
-    client = client or LiteLLMClient(
-        SecretScrubber.from_config(config), on_call=metrics.upstream_call
-    )
+    client = client or ModelClient.from_config(config, on_call=metrics.upstream_call)
     keys = KeyStore(database)
     store = MemoryStore(
         database,
@@ -92,7 +89,7 @@ def create_app(
     *,
     database: Database | None = None,
     tokens: TokenCounter | None = None,
-    client: LiteLLMClient | None = None,
+    client: ModelClient | None = None,
 ) -> Starlette:
     """The kvmem ASGI app. Resources are created when the lifespan starts, not here."""
     owns_database = database is None

@@ -130,7 +130,7 @@ class UiConfig(Section):
 
 
 class ChatConfig(Section):
-    """The main model that /chat and /v1/chat/completions call through litellm."""
+    """The main model that /chat and /v1/chat/completions call (directly or through litellm)."""
 
     model: str = "ollama/llama3.1"
     api_base: str | None = Field(None, validation_alias=AliasChoices("api_base", "baseURL"))
@@ -141,6 +141,11 @@ class ChatConfig(Section):
     max_turns: int = Field(10, ge=0)
     timeout: float = Field(120, gt=0)
     model_parameters: dict[str, Any] = Field(default_factory=dict)
+    # Which client calls the models (main and agent): `auto` calls `openai/...` models and
+    # custom endpoints directly over HTTP and the other providers through litellm.
+    client: Literal["auto", "litellm", "direct"] = "auto"
+    # Connections the direct client keeps open to upstreams, at most.
+    max_connections: int = Field(100, ge=1)
 
     def served_models(self) -> list[str]:
         """The model ids clients may ask for: `model` first, then `models`, no repeats."""

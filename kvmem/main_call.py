@@ -18,7 +18,7 @@ from typing import Any
 
 from kvmem.errors import KvmemError
 from kvmem.prompts import ChatLine, with_memory
-from kvmem.provider import LiteLLMClient, Target
+from kvmem.provider import ModelClient, Target
 from kvmem.turn_memory import MemoryService, TurnMemory
 
 Chunk = dict[str, Any]
@@ -33,7 +33,7 @@ class MainCall:
     def __init__(
         self,
         memory_service: MemoryService,
-        client: LiteLLMClient,
+        client: ModelClient,
         memory: TurnMemory,
         target: Target,
         messages: list[dict[str, Any]],

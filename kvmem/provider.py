@@ -1,24 +1,34 @@
-"""Every model call, through litellm: the one module that imports it.
+"""Every model call, and which client makes it: the one module that imports litellm.
 
 A `Target` says which model to call and how (litellm model string, base URL, key, headers,
-parameters, timeout). `LiteLLMClient` makes the call, streamed or not, with retries off, and
-translates litellm's exceptions into kvmem's at this one boundary.
+parameters, timeout) and which client calls it (`choose_client`, from `chat.client`).
+`ModelClient` is what the services hold: it sends each call to the `DirectClient`
+(OpenAI-compatible upstreams, see direct_client.py) or to `LiteLLMClient`, which makes the
+call through litellm, streamed or not, with retries off, and translates litellm's exceptions
+into kvmem's at this one boundary. litellm is imported only when a target needs it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib.util
+import json
 import os
 import re
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import anyio
 from pydantic import SecretStr
 
+from kvmem import direct_client
 from kvmem.config import ChatConfig, Config
+from kvmem.direct_client import CLIENT_FAULTS, OPENAI_ERROR_FIELDS, DirectClient
 from kvmem.errors import (
     KvmemError,
     UpstreamError,
@@ -28,22 +38,32 @@ from kvmem.errors import (
 )
 from kvmem.redaction import SecretScrubber
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the price map
-# litellm otherwise installs a regex filter on every log record of the process (uvicorn's
-# access log included), a measurable cost per request; kvmem logs no secrets.
-os.environ.setdefault("LITELLM_DISABLE_REDACT_SECRETS", "true")
-# Pooled upstream connections idle longer than this are not reused but reopened. Servers
-# close idle keep-alive connections after a few seconds (uvicorn and vLLM: 5 s); litellm's
-# 15 s default reuses such a connection just as the upstream closes it, and the request
-# fails with "Connection error" (about 1 % of a burst after a 5 s pause). Expiring first
-# leaves no window; a busy pool still reuses its connections.
-UPSTREAM_KEEPALIVE_SECONDS = 2
-os.environ.setdefault("AIOHTTP_KEEPALIVE_TIMEOUT", str(UPSTREAM_KEEPALIVE_SECONDS))
-import litellm  # noqa: E402
+# Pooled upstream connections idle longer than this are not reused but reopened (see
+# direct_client); litellm's own pool gets the same expiry through aiohttp's setting.
+UPSTREAM_KEEPALIVE_SECONDS = direct_client.UPSTREAM_KEEPALIVE_SECONDS
 
-litellm.telemetry = False
-litellm.suppress_debug_info = True
 
+def _litellm() -> Any:
+    """litellm, imported on first use: a config whose models all go the direct path never
+    pays for it (about a second of start-up and ~100 MiB of memory)."""
+    if "litellm" not in sys.modules:
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the price map
+        # litellm otherwise installs a regex filter on every log record of the process
+        # (uvicorn's access log included), a measurable cost per request; kvmem logs no secrets.
+        os.environ.setdefault("LITELLM_DISABLE_REDACT_SECRETS", "true")
+        # Servers close idle keep-alive connections after a few seconds (uvicorn and vLLM:
+        # 5 s); litellm's 15 s default reuses such a connection just as the upstream closes
+        # it, and the request fails with "Connection error" (about 1 % of a burst after a
+        # 5 s pause). Expiring first leaves no window.
+        os.environ.setdefault("AIOHTTP_KEEPALIVE_TIMEOUT", str(UPSTREAM_KEEPALIVE_SECONDS))
+    import litellm
+
+    litellm.telemetry = False
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+ClientName = Literal["litellm", "direct"]
 # LibreChat's provider names that are not litellm's (after lower-casing).
 PROVIDER_ALIASES = {"azureopenai": "azure", "google": "gemini"}
 _USER_PLACEHOLDER = re.compile(r"\{\{(LIBRECHAT_USER_[A-Z_]+|KVMEM_USER_ID)\}\}")
@@ -62,6 +82,7 @@ class Target:
     parameters: Mapping[str, Any] = field(default_factory=dict)
     timeout: float = 120.0
     kind: str = "main"  # "main" (the chat) or "agent" (the memory agent), for the metrics
+    client: ClientName = "litellm"  # which client calls it (see `choose_client`)
 
     def headers_for(self, user_id: str) -> dict[str, str]:
         """The headers with `{{LIBRECHAT_USER_ID}}`/`{{KVMEM_USER_ID}}` set to the user."""
@@ -80,10 +101,24 @@ def _headers(headers: Mapping[str, SecretStr]) -> dict[str, str]:
     return {name: value.get_secret_value() for name, value in headers.items()}
 
 
+def choose_client(mode: str, model: str) -> ClientName:
+    """Which client calls `model` under `chat.client: mode`.
+
+    `auto` sends `openai/...` models (custom endpoints become those too) straight to their
+    base URL, OpenAI's when none is set; every other provider needs litellm to translate.
+    `direct` and `litellm` force one client for every target.
+    """
+    if mode == "auto":
+        return "direct" if model.startswith("openai/") else "litellm"
+    return "direct" if mode == "direct" else "litellm"
+
+
 def chat_target(chat: ChatConfig, model: str | None = None) -> Target:
     """The main model (or another of `chat.models`, which share its base URL and key)."""
+    model = model or chat.model
     return Target(
-        model=model or chat.model,
+        model=model,
+        client=choose_client(chat.client, model),
         api_base=chat.api_base,
         api_key=_secret(chat.api_key),
         headers=_headers(chat.headers),
@@ -115,17 +150,46 @@ def agent_target(config: Config) -> Target | None:
         parameters=dict(agent.model_parameters),
         timeout=config.chat.timeout,
         kind="agent",
+        client=choose_client(config.chat.client, model),
     )
 
 
+def uses_litellm(config: Config) -> bool:
+    """Whether any model `config` names is called through litellm."""
+    targets = [chat_target(config.chat, model) for model in config.chat.served_models()]
+    targets.append(agent_target(config))
+    return any(target is not None and target.client == "litellm" for target in targets)
+
+
+PRICE_MAP_FILENAME = "model_prices_and_context_window_backup.json"
+
+
+@functools.lru_cache(maxsize=64)
 def token_prices(model: str) -> tuple[float, float] | None:
     """USD per input token and per output token from litellm's offline price map, or None
-    when the map has no price for `model` (a local model, a custom endpoint's own name)."""
-    try:
-        prices = litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
-    except Exception:  # litellm raises several kinds for "not in the map"; all mean no price
+    when the map has no price for `model` (a local model, a custom endpoint's own name).
+
+    The map is read from litellm's package file, not through litellm: a direct-path config
+    does not import litellm at all. `provider/model` is looked up as is, then as `model`
+    (the map names most models without their provider), as litellm does.
+    """
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
         return None
-    return float(prices[0]), float(prices[1])
+    path = Path(next(iter(spec.submodule_search_locations))) / PRICE_MAP_FILENAME
+    try:
+        prices = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    _, _, bare = model.partition("/")
+    for name in (model, bare):
+        entry = prices.get(name) if name else None
+        if isinstance(entry, dict):
+            cost_in = entry.get("input_cost_per_token")
+            cost_out = entry.get("output_cost_per_token")
+            if isinstance(cost_in, int | float) and isinstance(cost_out, int | float):
+                return float(cost_in), float(cost_out)
+    return None
 
 
 class LiteLLMClient:
@@ -146,13 +210,15 @@ class LiteLLMClient:
 
     async def aclose(self) -> None:
         """Close the HTTP clients litellm keeps (they are process-wide: call at shutdown)."""
+        if "litellm" not in sys.modules:  # never used: nothing to close
+            return
         from litellm.llms.custom_httpx.async_client_cleanup import (
             close_litellm_async_clients,
         )
 
         await close_litellm_async_clients()
         # Closed clients must not be handed out again if another app starts in this process.
-        litellm.in_memory_llm_clients_cache.flush_cache()
+        _litellm().in_memory_llm_clients_cache.flush_cache()
 
     async def complete(
         self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
@@ -161,7 +227,7 @@ class LiteLLMClient:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(target.timeout + TIMEOUT_SLACK):
-                response = await litellm.acompletion(
+                response = await _litellm().acompletion(
                     **self._arguments(target, messages, user_id, request)
                 )
         except TimeoutError as exc:
@@ -185,7 +251,7 @@ class LiteLLMClient:
         arguments = self._arguments(target, messages, user_id, request)
         started = time.perf_counter()
         try:
-            response = await litellm.acompletion(stream=True, **arguments)
+            response = await _litellm().acompletion(stream=True, **arguments)
         except Exception as exc:
             self._timed(target, started)
             raise translate(exc, target, self.scrubber) from exc
@@ -269,19 +335,13 @@ def _is_substantive(chunk: dict[str, Any]) -> bool:
     )
 
 
-# Upstream statuses that mean the request itself was refused (too long for the context,
-# too large, unprocessable): the client's to fix, so they keep their status. 401 and 403 mean
-# kvmem's own credentials were refused and 404 a model kvmem is configured with is missing:
-# the operator's to fix, so they stay 502 like every other upstream failure.
-CLIENT_FAULTS = frozenset({400, 413, 422})
-
-
 def translate(
     exc: BaseException, target: Target, scrubber: SecretScrubber | None = None
 ) -> KvmemError:
     """The kvmem error for a litellm (or transport) exception, secrets scrubbed."""
     if isinstance(exc, KvmemError):
         return exc
+    litellm = _litellm()
     if isinstance(exc, litellm.Timeout | TimeoutError):
         return UpstreamTimeout(_timeout_message(target))
     scrub = (scrubber or SecretScrubber()).scrub
@@ -300,10 +360,6 @@ def translate(
         )
     details = {"upstream_status": status} if isinstance(status, int) else {}
     return UpstreamError(f"the model call failed: {message}", **details)
-
-
-# The fields of an OpenAI error object that are passed on to /v1 clients.
-OPENAI_ERROR_FIELDS = ("message", "type", "param", "code")
 
 
 def _upstream_error_object(exc: BaseException, scrub: Any) -> dict[str, Any] | None:
@@ -338,8 +394,69 @@ def _retry_after(exc: BaseException) -> str | None:
     return None
 
 
-def _timeout_message(target: Target) -> str:
-    return f"the model did not answer within {target.timeout:g} seconds"
+_timeout_message = direct_client.timeout_message
+
+
+class ModelClient:
+    """The one client the services hold: each call goes to the direct client or to litellm,
+    as its target says (`Target.client`). litellm's client is made, and litellm imported, on
+    the first call that needs it."""
+
+    def __init__(
+        self,
+        scrubber: SecretScrubber | None = None,
+        on_call: Callable[[str, float], None] | None = None,
+        *,
+        max_connections: int = 100,
+    ) -> None:
+        self.scrubber = scrubber or SecretScrubber()
+        self.on_call = on_call
+        self.direct = DirectClient(self.scrubber, on_call, max_connections=max_connections)
+        self._litellm: LiteLLMClient | None = None
+
+    @classmethod
+    def from_config(
+        cls, config: Config, on_call: Callable[[str, float], None] | None = None
+    ) -> ModelClient:
+        """The client for `config`: its secrets scrubbed, its pool size; litellm imported
+        now when a configured model needs it (so the first request does not wait for it)."""
+        client = cls(
+            SecretScrubber.from_config(config), on_call,
+            max_connections=config.chat.max_connections,
+        )
+        if uses_litellm(config):
+            client.litellm()
+        return client
+
+    def litellm(self) -> LiteLLMClient:
+        """The litellm client, made on first use."""
+        if self._litellm is None:
+            _litellm()
+            self._litellm = LiteLLMClient(self.scrubber, self.on_call)
+        return self._litellm
+
+    def _for(self, target: Target) -> DirectClient | LiteLLMClient:
+        return self.direct if target.client == "direct" else self.litellm()
+
+    async def complete(
+        self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
+    ) -> dict[str, Any]:
+        """One non-streamed completion, as an OpenAI `chat.completion` dict."""
+        return await self._for(target).complete(target, messages, user_id, **request)
+
+    def stream(
+        self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        """A streamed completion: `chat.completion.chunk` dicts as the upstream sends them."""
+        return self._for(target).stream(target, messages, user_id, **request)
+
+    async def aclose(self) -> None:
+        """Close both clients' connections (at shutdown)."""
+        try:
+            await self.direct.aclose()
+        finally:
+            if self._litellm is not None:
+                await self._litellm.aclose()
 
 
 def _upstream_message(exc: BaseException) -> str:

@@ -15,7 +15,7 @@ from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import MemoryDisabled
 from kvmem.metrics import Metrics
-from kvmem.provider import LiteLLMClient, Target
+from kvmem.provider import ModelClient, Target
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from kvmem.turn_memory import MemoryService
@@ -33,7 +33,7 @@ class Services:
     keys: KeyStore
     auth: Authenticator
     conversations: ConversationStore
-    client: LiteLLMClient
+    client: ModelClient
     chat_target: Target
     agent: MemoryAgent
     memory: MemoryService

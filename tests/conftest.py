@@ -23,6 +23,10 @@ from kvmem.tokens import TokenCounter  # noqa: E402
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, LiveServer  # noqa: E402
 from tests.support.pg import POSTGRES_ENV  # noqa: E402
 
+# Forces `chat.client` in `chat_sections` for a whole run ("direct" or "litellm"); unset, a
+# module marked `both_clients` runs each such test on both, the others on `auto`.
+CHAT_CLIENT_ENV = "KVMEM_TEST_CHAT_CLIENT"
+
 
 @pytest.fixture(scope="session")
 def tokens() -> TokenCounter:
@@ -32,8 +36,24 @@ def tokens() -> TokenCounter:
 
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The markers this conftest acts on."""
+    config.addinivalue_line(
+        "markers",
+        f"both_clients: run each test using chat_sections on the direct client and on litellm "
+        f"(unless {CHAT_CLIENT_ENV} forces one)",
+    )
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Run each test that touches the database once per backend."""
+    """Run each test that touches the database once per backend, and each test of a
+    `both_clients` module that calls models once per client."""
+    if (
+        "chat_client" in metafunc.fixturenames
+        and metafunc.definition.get_closest_marker("both_clients")
+        and not os.environ.get(CHAT_CLIENT_ENV)
+    ):
+        metafunc.parametrize("chat_client", ["direct", "litellm"])
     if "backend" in metafunc.fixturenames:
         backends = ["sqlite"]
         if os.environ.get(POSTGRES_ENV) and not metafunc.definition.get_closest_marker(
@@ -191,8 +211,16 @@ def upstream() -> Iterator[Any]:
 
 
 @pytest.fixture
-def chat_sections(upstream: Any) -> Callable[..., dict[str, Any]]:
-    """Config sections for a main model and a memory agent, both on the scripted upstream."""
+def chat_client() -> str:
+    """`chat.client` for `chat_sections`: KVMEM_TEST_CHAT_CLIENT, else `auto` (which is the
+    direct client for the scripted upstream's `openai/` models)."""
+    return os.environ.get(CHAT_CLIENT_ENV) or "auto"
+
+
+@pytest.fixture
+def chat_sections(upstream: Any, chat_client: str) -> Callable[..., dict[str, Any]]:
+    """Config sections for a main model and a memory agent, both on the scripted upstream,
+    called by `chat_client`."""
 
     def make(memory: dict[str, Any] | None = None, agent: dict[str, Any] | None = None,
              chat: dict[str, Any] | None = None, **sections: Any) -> dict[str, Any]:
@@ -210,6 +238,7 @@ def chat_sections(upstream: Any) -> Callable[..., dict[str, Any]]:
                 "api_base": upstream.url,
                 "api_key": "main-key",
                 "timeout": 10,
+                "client": chat_client,
                 **(chat or {}),
             },
             "memory": {"agent": agent_section, **(memory or {})},

@@ -35,6 +35,9 @@ from tests.support.apps import (
 from tests.support.bounds import at_most
 from tests.support.upstream import Reply, completion
 
+# Every test here runs on the direct client and on litellm (see conftest `chat_client`).
+pytestmark = pytest.mark.both_clients
+
 TIMEOUT = 1  # chat.timeout for these tests, in seconds
 
 
@@ -195,7 +198,9 @@ def test_a_client_leaving_at_chunk_k_cancels_the_upstream_and_leaves_nothing_run
         # Warm up (litellm's first call starts its own machinery), then take the baseline.
         warm = http.post("/chat", json={"message": "warm up", "stream": True})
         assert sse_events(warm.text)[-1][0] == "done"
-        wait_until(lambda: agent.in_flight == 0, what="the warm-up agent finishing")
+        # Its usage record too: a baseline taken while it is written would hold its task.
+        wait_until(lambda: agent.in_flight == 0 and agent.recording == 0,
+                   what="the warm-up agent finishing")
         baseline = loop_tasks(server)
 
         # Left alone, the upstream would stream for 10 s; the client leaving must cut that short.

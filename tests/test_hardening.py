@@ -124,9 +124,12 @@ ENDPOINT_HEADER = "hdr-endpoint-SECRET-5555"
 ALL_SECRETS = [MAIN_KEY, MAIN_HEADER, AGENT_KEY, ENDPOINT_KEY, ENDPOINT_HEADER]
 
 
-def secret_sections(upstream: ScriptedUpstream, agent_via_endpoint: bool) -> dict[str, Any]:
+def secret_sections(
+    upstream: ScriptedUpstream, agent_via_endpoint: bool, client: str = "auto"
+) -> dict[str, Any]:
     """Main model and agent on the scripted upstream, with keys and header secrets: the
-    agent through the custom endpoint (its apiKey and headers), or with its own api_key."""
+    agent through the custom endpoint (its apiKey and headers), or with its own api_key;
+    `client` is `chat.client` (the conftest's `chat_client`)."""
     agent: dict[str, Any] = {"model": AGENT_MODEL, "grace_seconds": 3}
     if agent_via_endpoint:
         agent["provider"] = "Gateway"
@@ -134,7 +137,7 @@ def secret_sections(upstream: ScriptedUpstream, agent_via_endpoint: bool) -> dic
         agent.update(provider="openai", api_base=upstream.url, api_key=AGENT_KEY)
     return {
         "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": MAIN_KEY,
-                 "headers": {"X-Gateway-Key": MAIN_HEADER}, "timeout": 10},
+                 "headers": {"X-Gateway-Key": MAIN_HEADER}, "timeout": 10, "client": client},
         "memory": {"agent": agent},
         "endpoints": {"custom": [{
             "name": "Gateway", "baseURL": upstream.url, "apiKey": ENDPOINT_KEY,
@@ -142,6 +145,13 @@ def secret_sections(upstream: ScriptedUpstream, agent_via_endpoint: bool) -> dic
             "headers": {"X-Gateway-Key": ENDPOINT_HEADER + "-{{LIBRECHAT_USER_ID}}"},
         }]},
     }
+
+
+def failed(client: str, kind: str, text: str) -> str:
+    """kvmem's message for an upstream failure with `text`: through litellm, the text
+    starts with litellm's exception class; the direct client passes the text alone."""
+    prefix = f"{kind}: OpenAIException - " if client == "litellm" else ""
+    return f"the model call failed: {prefix}{text}"
 
 
 def echo(agent_via_endpoint: bool) -> tuple[str, str]:
@@ -158,9 +168,9 @@ def echo(agent_via_endpoint: bool) -> tuple[str, str]:
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("path", ["/chat", "/v1/chat/completions"])
 def test_item2_an_upstream_error_echoing_a_secret_is_scrubbed(
-    make_client: MakeClient, upstream: ScriptedUpstream, path: str, stream: bool
+    make_client: MakeClient, upstream: ScriptedUpstream, path: str, stream: bool, chat_client: str
 ) -> None:
-    client = make_client(**secret_sections(upstream, agent_via_endpoint=False))
+    client = make_client(**secret_sections(upstream, agent_via_endpoint=False, client=chat_client))
     said, scrubbed = echo(agent_via_endpoint=False)
     upstream.script(MAIN_MODEL, Reply(status=500, error={"error": {"message": said}}))
     upstream.default(AGENT_MODEL, Reply(content=None))
@@ -168,18 +178,17 @@ def test_item2_an_upstream_error_echoing_a_secret_is_scrubbed(
     response = client.post(path, json={**body, "stream": stream})
     assert (response.status_code, response.json()) == (502, error(
         path, "upstream_error",
-        f"the model call failed: InternalServerError: OpenAIException - {scrubbed}",
-        upstream_status=500))
+        failed(chat_client, "InternalServerError", scrubbed), upstream_status=500))
     sent = upstream.received(MAIN_MODEL)[0].headers
     assert (sent["authorization"], sent["x-gateway-key"]) == (f"Bearer {MAIN_KEY}", MAIN_HEADER)
 
 
 @pytest.mark.parametrize("path", ["/chat", "/v1/chat/completions"])
 def test_item2_an_upstream_refusal_echoing_a_secret_is_scrubbed(
-    make_client: MakeClient, upstream: ScriptedUpstream, path: str
+    make_client: MakeClient, upstream: ScriptedUpstream, path: str, chat_client: str
 ) -> None:
     """The same for an upstream 400 that is passed through (item 7), its object included."""
-    client = make_client(**secret_sections(upstream, agent_via_endpoint=False))
+    client = make_client(**secret_sections(upstream, agent_via_endpoint=False, client=chat_client))
     said, scrubbed = echo(agent_via_endpoint=False)
     upstream.script(MAIN_MODEL, Reply(status=400, error={"error": {
         "message": said, "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}))
@@ -198,10 +207,11 @@ def test_item2_an_upstream_refusal_echoing_a_secret_is_scrubbed(
 @pytest.mark.parametrize("via_endpoint", [False, True], ids=["agent-key", "custom-endpoint"])
 def test_item2_the_agent_failure_log_holds_no_secret(
     make_client: MakeClient, upstream: ScriptedUpstream, caplog: pytest.LogCaptureFixture,
-    via_endpoint: bool,
+    via_endpoint: bool, chat_client: str,
 ) -> None:
     caplog.set_level(logging.INFO)
-    client = make_client(**secret_sections(upstream, agent_via_endpoint=via_endpoint))
+    client = make_client(**secret_sections(upstream, agent_via_endpoint=via_endpoint,
+                                           client=chat_client))
     said, scrubbed = echo(via_endpoint)
     upstream.script(AGENT_MODEL, Reply(status=401, error={"error": {"message": said}}))
     response = client.post("/chat", json={"message": "remember that I like tea"})
@@ -210,8 +220,8 @@ def test_item2_the_agent_failure_log_holds_no_secret(
     conversation = response.json()["conversation_id"]
     failures = [r.getMessage() for r in caplog.records if r.name == "kvmem.agent"]
     assert failures == [
-        f"memory agent failed: user=local conversation={conversation}: the model call failed: "
-        f"AuthenticationError: OpenAIException - {scrubbed}"
+        f"memory agent failed: user=local conversation={conversation}: "
+        + failed(chat_client, "AuthenticationError", scrubbed)
     ]
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert [secret for secret in ALL_SECRETS if secret in logged] == []
@@ -307,12 +317,13 @@ def idle_dropping_upstream() -> Iterator[ScriptedUpstream]:
 
 def test_item4_bursts_after_a_pause_longer_than_the_upstream_keepalive_never_fail(
     make_server: Callable[..., LiveServer], idle_dropping_upstream: ScriptedUpstream,
+    chat_client: str,
 ) -> None:
     upstream = idle_dropping_upstream
     # Main model and agent share one key, so they share litellm's pooled client.
     server = make_server(
         chat={"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": "shared",
-              "timeout": 10},
+              "timeout": 10, "client": chat_client},
         memory={"agent": {"provider": "openai", "model": AGENT_MODEL, "api_base": upstream.url,
                           "api_key": "shared"}},
     )
@@ -410,7 +421,8 @@ def test_item7_a_context_length_refusal_is_400_on_chat_and_stores_nothing(
     (500, "InternalServerError"),
 ])
 def test_item7_the_operators_faults_and_upstream_failures_stay_502(
-    make_client: MakeClient, chat_sections: Any, upstream: ScriptedUpstream, status: int, kind: str
+    make_client: MakeClient, chat_sections: Any, upstream: ScriptedUpstream, status: int, kind: str,
+    chat_client: str,
 ) -> None:
     """401/403: kvmem's own credentials were refused; 404: a model kvmem is configured with
     is missing; 5xx: the upstream failed. None is the client's to fix."""
@@ -418,7 +430,7 @@ def test_item7_the_operators_faults_and_upstream_failures_stay_502(
     upstream.script(MAIN_MODEL, Reply(status=status, error={"error": {"message": "no"}}))
     response = client.post("/v1/chat/completions", json=COMPLETION)
     assert (response.status_code, response.json()) == (502, error(
-        "/v1/", "upstream_error", f"the model call failed: {kind}: OpenAIException - no",
+        "/v1/", "upstream_error", failed(chat_client, kind, "no"),
         upstream_status=status))
 
 

@@ -13,6 +13,9 @@ from tests.support.apps import AGENT_MODEL, MAIN_MODEL, live_services, wait_unti
 from tests.support.bounds import at_most
 from tests.support.upstream import Reply
 
+# Every test here runs on the direct client and on litellm (see conftest `chat_client`).
+pytestmark = pytest.mark.both_clients
+
 MODEL_ID = f"openai/{MAIN_MODEL}"
 TOOLS = [
     {

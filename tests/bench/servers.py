@@ -29,6 +29,8 @@ import yaml
 HOST = "127.0.0.1"
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "sk-bench"
+# `chat.client` of the kvmem instances (`litellm` measures the path before the direct one).
+CHAT_CLIENT_ENV = "KVMEM_BENCH_CHAT_CLIENT"
 MAIN_MODEL = "openai/bench-model"  # what clients of kvmem and of the proxy ask for
 UPSTREAM_MAIN = "bench-model"  # what the upstream sees (litellm drops the provider)
 USER_ID = "local"  # auth.mode local: every request is this user
@@ -231,7 +233,7 @@ class Fleet:
             "database": {"url": database_url or f"sqlite:///{self.workdir / (name + '.db')}"},
             "auth": {"mode": "local"},
             "chat": {"model": MAIN_MODEL, "api_base": f"{upstream.url}/v1", "api_key": API_KEY,
-                     "timeout": 30},
+                     "timeout": 30, "client": os.environ.get(CHAT_CLIENT_ENV) or "auto"},
             "memory": memory,
         }
         path = self.workdir / f"{name}.yaml"

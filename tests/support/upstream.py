@@ -94,7 +94,7 @@ class ScriptedUpstream:
             # closes it on TimeoutError while waiting for the next request line).
             timeout = keepalive_seconds
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -171,6 +171,12 @@ class ScriptedUpstream:
             self._changed.notify_all()
 
 
+class _Server(ThreadingHTTPServer):
+    # A real server's backlog (uvicorn: 2048); the standard library's 5 overflows under a
+    # burst of new connections, and the kernel then resets some of them.
+    request_queue_size = 128
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: ScriptedUpstream
     protocol_version = "HTTP/1.1"
@@ -183,6 +189,9 @@ class _Handler(BaseHTTPRequestHandler):
         limit = self.owner.drop_idle_after
         if limit is not None and idle_since is not None:
             select.select([self.connection], [], [])  # the next request (or the client's close)
+            if self._peer_closed():  # a client closing an idle connection sent no request
+                self.close_connection = True
+                return
             if time.monotonic() - idle_since > limit:
                 with self.owner._lock:
                     self.owner.dropped += 1
@@ -190,6 +199,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return
         super().handle_one_request()
         self._idle_since = time.monotonic()
+
+    def _peer_closed(self) -> bool:
+        """Whether the client closed the connection (rather than sent on it)."""
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def _reset(self) -> None:
         """Close the connection with a TCP reset (SO_LINGER 0), answering nothing."""

@@ -1,0 +1,326 @@
+"""Model calls straight to an upstream that speaks the OpenAI API, over one shared httpx pool.
+
+`DirectClient` is the direct path `provider.py` chooses for `openai/...` models and custom
+endpoints: it posts the request to `<api_base>/chat/completions` and hands back the upstream's
+own JSON (non-streamed) or its SSE events (streamed) as dicts, parsed and nothing else. No
+field is added, dropped or rewritten, so `reasoning_content`, `usage.*_details`,
+`system_fingerprint` and fields no library knows yet reach the client as the upstream sent
+them. Errors come out as the same kvmem errors `LiteLLMClient` raises.
+
+It knows nothing of litellm and does not choose which targets it serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import httpx
+
+from kvmem.errors import (
+    KvmemError,
+    UpstreamError,
+    UpstreamRateLimited,
+    UpstreamRejected,
+    UpstreamTimeout,
+)
+from kvmem.redaction import SecretScrubber
+
+if TYPE_CHECKING:
+    from kvmem.provider import Target
+
+OPENAI_BASE = "https://api.openai.com/v1"
+# Pooled connections idle longer than this are closed, not reused: upstreams close idle
+# keep-alive connections after a few seconds (uvicorn and vLLM: 5 s), and reusing one just as
+# it closes fails the request. A busy pool still reuses its connections.
+UPSTREAM_KEEPALIVE_SECONDS = 2
+# An answer larger than this is cut off with an error rather than held in memory.
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+# How much of a non-JSON error body is quoted in kvmem's message.
+MAX_QUOTED_CHARS = 300
+# A backstop over httpx's own timeouts, so a timeout always answers within a second of it.
+TIMEOUT_SLACK = 0.5
+# Upstream statuses that mean the request itself was refused (too long for the context,
+# too large, unprocessable): the client's to fix, so they keep their status. 401 and 403 mean
+# kvmem's own credentials were refused and 404 a model kvmem is configured with is missing:
+# the operator's to fix, so they stay 502 like every other upstream failure.
+CLIENT_FAULTS = frozenset({400, 413, 422})
+# The fields of an OpenAI error object that are passed on to /v1 clients.
+OPENAI_ERROR_FIELDS = ("message", "type", "param", "code")
+
+
+class DirectClient:
+    """Calls OpenAI-compatible `/chat/completions` endpoints over pooled `httpx` clients.
+
+    `on_call(kind, seconds)`, when given, hears how long each call took (a stream: until it
+    ended), whether it succeeded or not.
+    """
+
+    def __init__(
+        self,
+        scrubber: SecretScrubber | None = None,
+        on_call: Callable[[str, float], None] | None = None,
+        *,
+        max_connections: int = 100,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.scrubber = scrubber or SecretScrubber()
+        self.on_call = on_call
+        self._max_connections = max_connections
+        self._transport = transport
+        # One pool per kind of call (main, agent): httpcore's pool scans every connection it
+        # holds (a poll per idle one) each time a request starts or ends, so one pool for
+        # both kinds cost a third of kvmem's busy time at c=32 with the agent on.
+        self._pools: dict[str, httpx.AsyncClient] = {}
+
+    def _pool(self, kind: str) -> httpx.AsyncClient:
+        pool = self._pools.get(kind)
+        if pool is None:
+            pool = self._pools[kind] = httpx.AsyncClient(
+                limits=httpx.Limits(
+                    max_connections=self._max_connections,
+                    max_keepalive_connections=self._max_connections,
+                    keepalive_expiry=UPSTREAM_KEEPALIVE_SECONDS,
+                ),
+                follow_redirects=False,  # a redirect would resend the key to wherever it points
+                # trust_env stays on: HTTPS_PROXY/NO_PROXY and SSL_CERT_FILE apply, as for litellm.
+                transport=self._transport,
+            )
+        return pool
+
+    async def aclose(self) -> None:
+        """Close the pools (at shutdown)."""
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.aclose()
+
+    async def complete(
+        self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
+    ) -> dict[str, Any]:
+        """One non-streamed completion: the upstream's `chat.completion` JSON as a dict."""
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(target.timeout + TIMEOUT_SLACK):
+                body = await self._complete(target, messages, user_id, request)
+        except TimeoutError as exc:
+            raise UpstreamTimeout(timeout_message(target)) from exc
+        finally:
+            self._timed(target, started)
+        if not isinstance(body, dict) or not body.get("choices"):
+            raise UpstreamError(
+                "the model call failed: the answer has no choices (a malformed response)",
+                upstream_status=200,
+            )
+        return body
+
+    async def _complete(
+        self, target: Target, messages: list[dict[str, Any]], user_id: str, request: dict[str, Any]
+    ) -> Any:
+        try:
+            async with self._pool(target.kind).stream(
+                "POST", **self._arguments(target, messages, user_id, request)
+            ) as response:
+                data = await _read_capped(response)
+                if response.status_code != 200:
+                    raise self._status_error(response, data)
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeout(timeout_message(target)) from exc
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from exc
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise UpstreamError(
+                "the model call failed: the answer is not JSON (a malformed response)",
+                upstream_status=200,
+            ) from exc
+
+    async def stream(
+        self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        """A streamed completion: the upstream's `chat.completion.chunk` events as dicts, each
+        as it arrives."""
+        arguments = self._arguments(target, messages, user_id, {**request, "stream": True})
+        started = time.perf_counter()
+        response: httpx.Response | None = None
+        try:
+            try:
+                async with asyncio.timeout(target.timeout + TIMEOUT_SLACK):
+                    pool = self._pool(target.kind)
+                    response = await pool.send(
+                        pool.build_request("POST", **arguments), stream=True
+                    )
+                    if response.status_code != 200:
+                        raise self._status_error(response, await _read_capped(response))
+            except TimeoutError as exc:
+                raise UpstreamTimeout(timeout_message(target)) from exc
+            events = 0
+            async for event in _sse_events(response):
+                if isinstance(event.get("error"), dict) and not event.get("choices"):
+                    raise self._stream_error(event["error"])
+                events += 1
+                yield event
+            # Not one event: the body was not an event stream, which a client would take
+            # for a complete, empty answer.
+            if not events:
+                raise UpstreamError(
+                    "the model call failed: the stream held no chunks (a malformed response)",
+                    upstream_status=200,
+                )
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeout(timeout_message(target)) from exc
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from exc
+        finally:
+            self._timed(target, started)
+            if response is not None:
+                with anyio.CancelScope(shield=True):  # close the upstream even when cancelled
+                    await response.aclose()
+
+    def _arguments(
+        self, target: Target, messages: list[dict[str, Any]], user_id: str, request: dict[str, Any]
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {**target.parameters, **request}
+        body.update(model=upstream_model(target.model), messages=messages)
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+        if target.api_key:
+            headers["Authorization"] = f"Bearer {target.api_key}"
+        headers.update(target.headers_for(user_id))
+        return {
+            "url": (target.api_base or OPENAI_BASE).rstrip("/") + "/chat/completions",
+            "content": json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
+            "headers": headers,
+            "timeout": target.timeout,
+        }
+
+    def _status_error(self, response: httpx.Response, data: bytes) -> KvmemError:
+        """The kvmem error for an upstream's non-200 answer."""
+        status = response.status_code
+        upstream = _error_object(data, self.scrubber.scrub)
+        if upstream is not None and isinstance(upstream.get("message"), str):
+            message = upstream["message"]
+        else:
+            text = data.decode("utf-8", "replace").strip()[:MAX_QUOTED_CHARS]
+            message = self.scrubber.scrub(f"HTTP {status}: {text}" if text else f"HTTP {status}")
+        if status == 429:
+            return UpstreamRateLimited(
+                f"the model is rate limited: {message}",
+                retry_after=response.headers.get("retry-after"),
+            )
+        if status in CLIENT_FAULTS:
+            return UpstreamRejected(
+                f"the model refused the request: {message}", status=status, upstream=upstream
+            )
+        return UpstreamError(f"the model call failed: {message}", upstream_status=status)
+
+    def _stream_error(self, error: dict[str, Any]) -> KvmemError:
+        """An error event in a started stream (OpenAI sends `data: {"error": {...}}`)."""
+        message = error.get("message") if isinstance(error.get("message"), str) else None
+        return UpstreamError(
+            f"the model call failed: {self.scrubber.scrub(message or json.dumps(error))}",
+            upstream_status=200,
+        )
+
+    def _transport_error(self, exc: httpx.HTTPError) -> KvmemError:
+        """A connection that failed, broke or answered with what is not HTTP."""
+        if isinstance(exc, _ResponseTooLarge):
+            return UpstreamError(f"the model call failed: {exc}", upstream_status=200)
+        detail = str(exc) or type(exc).__name__
+        # No status came back (litellm puts a stand-in 500 here); null says so.
+        return UpstreamError(
+            f"the model call failed: {self.scrubber.scrub(detail)}", upstream_status=None
+        )
+
+    def _timed(self, target: Target, started: float) -> None:
+        if self.on_call is not None:
+            self.on_call(target.kind, time.perf_counter() - started)
+
+
+class _ResponseTooLarge(httpx.HTTPError):
+    """The upstream's answer grew past `MAX_RESPONSE_BYTES`."""
+
+
+def upstream_model(model: str) -> str:
+    """The model name the upstream knows: litellm's `openai/` routing prefix removed."""
+    return model.removeprefix("openai/")
+
+
+def timeout_message(target: Target) -> str:
+    """The message of an `UpstreamTimeout` for `target`."""
+    return f"the model did not answer within {target.timeout:g} seconds"
+
+
+async def _read_capped(response: httpx.Response) -> bytes:
+    """The whole body, or `_ResponseTooLarge` once it passes `MAX_RESPONSE_BYTES`."""
+    parts: list[bytes] = []
+    size = 0
+    async for part in response.aiter_bytes():
+        size += len(part)
+        if size > MAX_RESPONSE_BYTES:
+            raise _ResponseTooLarge(f"the answer is larger than {MAX_RESPONSE_BYTES} bytes")
+        parts.append(part)
+    return b"".join(parts)
+
+
+async def _sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON events of an SSE body as they arrive, up to `[DONE]`; the body as a whole
+    is held to `MAX_RESPONSE_BYTES`, like a non-streamed answer."""
+    pending = b""
+    data: list[bytes] = []
+    size = 0
+    async for part in response.aiter_bytes():
+        size += len(part)
+        if size > MAX_RESPONSE_BYTES:
+            raise _ResponseTooLarge(f"the answer is larger than {MAX_RESPONSE_BYTES} bytes")
+        pending += part
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            line = line.rstrip(b"\r")
+            if line.startswith(b"data:"):
+                data.append(line[5:].lstrip(b" "))
+            elif not line and data:  # a blank line ends the event
+                payload = b"\n".join(data)
+                data = []
+                if payload == b"[DONE]":
+                    return
+                yield _event(payload)
+    if data and (payload := b"\n".join(data)) != b"[DONE]":
+        yield _event(payload)
+
+
+def _event(payload: bytes) -> dict[str, Any]:
+    try:
+        event = json.loads(payload)
+    except ValueError as exc:
+        raise UpstreamError(
+            "the model call failed: a stream event is not JSON (a malformed response)",
+            upstream_status=200,
+        ) from exc
+    if not isinstance(event, dict):
+        raise UpstreamError(
+            "the model call failed: a stream event is not an object (a malformed response)",
+            upstream_status=200,
+        )
+    return event
+
+
+def _error_object(data: bytes, scrub: Callable[[str], str]) -> dict[str, Any] | None:
+    """The upstream's OpenAI error object (`message`, `type`, `param`, `code`), scrubbed."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, str):  # some servers (Ollama, llama.cpp) send a bare message
+        return {"message": scrub(error)}
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        return None
+    return {
+        name: scrub(value) if isinstance(value, str) else value
+        for name in OPENAI_ERROR_FIELDS
+        if name in error and isinstance(value := error[name], str | int | None)
+    }

@@ -1,0 +1,248 @@
+"""The direct path (kvmem/direct_client.py) and how provider.py chooses it: fidelity (every
+field the upstream sends reaches the client, byte for byte), no redirects followed, the size
+cap, no key in errors, and litellm left unimported when no target needs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from starlette.testclient import TestClient
+
+from kvmem.config import Config
+from kvmem.provider import agent_target, chat_target, choose_client, token_prices, uses_litellm
+from tests.support.apps import AGENT_MODEL, MAIN_MODEL, sse_events
+from tests.support.upstream import Reply, ScriptedUpstream
+
+MODEL_ID = f"openai/{MAIN_MODEL}"
+
+
+def compact(value: Any) -> bytes:
+    """JSON as an upstream (and kvmem) sends it: no spaces."""
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+# What litellm drops or rewrites: null fields, reasoning_content, the usage details, the
+# fingerprint, and fields no library knows.
+RICH_COMPLETION = {
+    "id": "chatcmpl-rich",
+    "object": "chat.completion",
+    "created": 1764000000,
+    "model": MAIN_MODEL,
+    "system_fingerprint": "fp_123",
+    "service_tier": "default",
+    "x_vendor": {"trace": ["a", 1, None]},
+    "choices": [{
+        "index": 0,
+        "message": {"role": "assistant", "content": "Hi", "reasoning_content": "think",
+                    "refusal": None, "annotations": [], "x_message": True},
+        "logprobs": None,
+        "finish_reason": "stop",
+        "x_choice": 0.5,
+    }],
+    "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12,
+              "prompt_tokens_details": {"cached_tokens": 4, "audio_tokens": 0},
+              "completion_tokens_details": {"reasoning_tokens": 2},
+              "x_usage": "kept"},
+}
+
+
+def chunk(delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"id": "chatcmpl-rich", "object": "chat.completion.chunk", "created": 1764000000,
+            "model": MAIN_MODEL, "system_fingerprint": "fp_123",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+            **extra}
+
+
+RICH_CHUNKS = [
+    chunk({"role": "assistant", "content": "", "reasoning_content": "th"}, x_chunk=1),
+    chunk({"content": "Hi", "x_delta": [1]}),
+    {**chunk({}), "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "x_f": None}]},
+    {"id": "chatcmpl-rich", "object": "chat.completion.chunk", "created": 1764000000,
+     "model": MAIN_MODEL, "choices": [], "usage": RICH_COMPLETION["usage"]},
+]
+RICH_STREAM = b"".join(b"data: " + compact(event) + b"\n\n" for event in RICH_CHUNKS)
+
+
+@pytest.fixture
+def client(make_client: Callable[..., TestClient], chat_sections: Any) -> TestClient:
+    return make_client(**chat_sections(agent={"enabled": False}, chat={"client": "direct"}))
+
+
+def test_a_completion_reaches_the_client_byte_for_byte(client: TestClient, upstream: Any) -> None:
+    upstream.script(MAIN_MODEL, Reply(raw=compact(RICH_COMPLETION)))
+    response = client.post("/v1/chat/completions",
+                           json={"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]})
+    assert (response.status_code, response.content) == (200, compact(RICH_COMPLETION))
+    [received] = upstream.received(MAIN_MODEL)
+    assert received.headers["authorization"] == "Bearer main-key"
+
+
+def test_a_stream_reaches_the_client_byte_for_byte(client: TestClient, upstream: Any) -> None:
+    # Comments, CRLF line ends and a named event are SSE the parser must read past.
+    upstream.script(MAIN_MODEL, Reply(
+        raw=b": keep-alive\r\n\r\n" + RICH_STREAM.replace(b"\n\n", b"\r\n\r\n", 1)
+        + b"data: [DONE]\n\n"
+    ))
+    response = client.post("/v1/chat/completions", json={
+        "model": MODEL_ID, "stream": True, "messages": [{"role": "user", "content": "hi"}],
+    })
+    assert (response.status_code, response.content) == (200, RICH_STREAM + b"data: [DONE]\n\n")
+    assert upstream.received(MAIN_MODEL)[0].body["stream"] is True
+
+
+def test_chat_stores_the_reply_of_a_direct_stream(client: TestClient, upstream: Any) -> None:
+    upstream.script(MAIN_MODEL, Reply(raw=RICH_STREAM + b"data: [DONE]\n\n"))
+    events = sse_events(client.post("/chat", json={"message": "hi", "stream": True}).text)
+    assert [name for name, _ in events] == ["delta", "done"]
+    conversation_id = events[-1][1]["conversation_id"]
+    stored = client.get(f"/conversations/{conversation_id}").json()["messages"]
+    assert [(m["role"], m["content"]) for m in stored] == [("user", "hi"), ("assistant", "Hi")]
+
+
+def test_an_error_event_mid_stream_ends_the_stream_with_an_error(
+    client: TestClient, upstream: Any
+) -> None:
+    first = chunk({"role": "assistant", "content": "Hi"})
+    upstream.script(MAIN_MODEL, Reply(
+        raw=b"data: " + compact(first) + b"\n\ndata: " + compact({"error": {
+            "message": "overloaded, key main-key", "type": "server_error"}}) + b"\n\n"
+    ))
+    response = client.post("/v1/chat/completions", json={
+        "model": MODEL_ID, "stream": True, "messages": [{"role": "user", "content": "hi"}],
+    })
+    assert (response.status_code, response.text) == (200, (
+        "data: " + compact(first).decode() + "\n\n"
+        'data: {"error":{"code":"upstream_error","message":"the model call failed: overloaded, '
+        'key ***","upstream_status":200,"type":"api_error","param":null}}\n\n'
+    ))
+
+
+def test_a_redirect_is_not_followed(client: TestClient, upstream: Any) -> None:
+    elsewhere = ScriptedUpstream().start()
+    try:
+        upstream.script(MAIN_MODEL, Reply(status=307, headers={
+            "Location": f"{elsewhere.url}/chat/completions"}))
+        response = client.post("/chat", json={"message": "hi"})
+        assert (response.status_code, response.json()) == (502, {"error": {
+            "code": "upstream_error", "message": "the model call failed: scripted 307",
+            "upstream_status": 307}})
+        assert elsewhere.requests == []
+    finally:
+        elsewhere.stop()
+
+
+@pytest.fixture
+def small_cap(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """A 2 KiB response cap instead of 64 MiB (the same code path, without 64 MiB of test data)."""
+    monkeypatch.setattr("kvmem.direct_client.MAX_RESPONSE_BYTES", 2048)
+    yield 2048
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_an_answer_over_the_size_cap_is_cut_off(
+    client: TestClient, upstream: Any, small_cap: int, stream: bool
+) -> None:
+    big = {**RICH_COMPLETION, "x_padding": "x" * small_cap}
+    raw = compact(big) if not stream else b"data: " + compact(chunk({"content": "x" * small_cap}))
+    upstream.script(MAIN_MODEL, Reply(raw=raw))
+    response = client.post("/chat", json={"message": "hi", "stream": stream})
+    assert (response.status_code, response.json()) == (502, {"error": {
+        "code": "upstream_error",
+        "message": f"the model call failed: the answer is larger than {small_cap} bytes",
+        "upstream_status": 200}})
+
+
+def test_an_answer_within_the_cap_is_not_cut(
+    client: TestClient, upstream: Any, small_cap: int
+) -> None:
+    upstream.script(MAIN_MODEL, Reply(raw=compact(RICH_COMPLETION)))
+    assert len(compact(RICH_COMPLETION)) < small_cap
+    response = client.post("/v1/chat/completions",
+                           json={"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 200
+
+
+def test_an_echoed_key_never_reaches_the_client(client: TestClient, upstream: Any) -> None:
+    upstream.script(MAIN_MODEL, Reply(status=401, error={"error": {
+        "message": "Incorrect API key provided: main-key", "type": "invalid_request_error",
+        "code": "invalid_api_key"}}))
+    response = client.post("/chat", json={"message": "hi"})
+    assert (response.status_code, response.json()) == (502, {"error": {
+        "code": "upstream_error",
+        "message": "the model call failed: Incorrect API key provided: ***",
+        "upstream_status": 401}})
+
+
+def test_a_refusal_passes_the_upstreams_error_object_on(client: TestClient, upstream: Any) -> None:
+    upstream.script(MAIN_MODEL, Reply(status=400, error={"error": {
+        "message": "maximum context length exceeded", "type": "invalid_request_error",
+        "param": "messages", "code": "context_length_exceeded"}}))
+    response = client.post("/v1/chat/completions",
+                           json={"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]})
+    assert (response.status_code, response.json()) == (400, {"error": {
+        "message": "maximum context length exceeded", "type": "invalid_request_error",
+        "param": "messages", "code": "context_length_exceeded"}})
+
+
+@pytest.mark.parametrize(("mode", "model", "client"), [
+    ("auto", "openai/gpt-4o", "direct"),
+    ("auto", "anthropic/claude-sonnet-4", "litellm"),
+    ("auto", "ollama/llama3.1", "litellm"),
+    ("direct", "ollama/llama3.1", "direct"),
+    ("litellm", "openai/gpt-4o", "litellm"),
+])
+def test_which_client_calls_a_model(mode: str, model: str, client: str) -> None:
+    assert choose_client(mode, model) == client
+
+
+def test_a_custom_endpoint_agent_goes_direct_and_litellm_is_then_unneeded() -> None:
+    config = Config.model_validate({
+        "chat": {"model": "openai/main", "api_base": "http://127.0.0.1:1/v1"},
+        "endpoints": {"custom": [{"name": "local", "baseURL": "http://127.0.0.1:2/v1"}]},
+        "memory": {"agent": {"provider": "local", "model": "small"}},
+    })
+    target = agent_target(config)
+    assert target is not None
+    assert (target.model, target.api_base, target.client) == (
+        "openai/small", "http://127.0.0.1:2/v1", "direct")
+    assert uses_litellm(config) is False
+    assert uses_litellm(config.model_copy(update={"chat": config.chat.model_copy(
+        update={"models": ["anthropic/claude-sonnet-4"]})})) is True
+    assert chat_target(config.chat).client == "direct"
+
+
+def test_the_price_map_is_read_without_litellm() -> None:
+    assert token_prices("openai/gpt-4o-mini") == (1.5e-07, 6e-07)
+    assert token_prices(f"openai/{AGENT_MODEL}") is None
+
+
+def test_a_direct_only_server_never_imports_litellm(database: Any, database_url: str) -> None:
+    script = (
+        "import sys\n"
+        "from starlette.testclient import TestClient\n"
+        "from kvmem.app import create_app\n"
+        "from kvmem.config import Config\n"
+        "config = Config.model_validate({'database': {'url': %r},\n"
+        "    'chat': {'model': 'openai/m', 'api_base': 'http://127.0.0.1:1/v1'},\n"
+        "    'memory': {'agent': {'provider': 'openai', 'model': 'gpt-4o-mini',\n"
+        "                         'api_base': 'http://127.0.0.1:1/v1'}}})\n"
+        "with TestClient(create_app(config)) as client:\n"
+        "    assert client.get('/healthz').status_code == 200\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'litellm'))\n"
+    ) % database_url
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=False, timeout=120)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "[]\n", "")
+
+
+def test_an_unknown_client_is_a_config_error() -> None:
+    with pytest.raises(ValidationError) as caught:
+        Config.model_validate({"chat": {"client": "fast"}})
+    assert [(error["loc"], error["type"]) for error in caught.value.errors()] == [
+        (("chat", "client"), "literal_error")]
