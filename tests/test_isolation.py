@@ -306,6 +306,8 @@ ROUTES = [
     ("POST", "/memory/agent", {"messages": [{"role": "user", "content": "remember x"}]}),
     ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                       "params": {"name": "memory_get", "arguments": {"key": "diary"}}}),
+    ("GET", "/usage", None),
+    ("GET", "/metrics", None),
 ]
 
 
@@ -952,3 +954,16 @@ def test_fuzzed_requests_find_no_500_and_no_cross_user_read(
     assert not problems, "\n".join(
         f"{kind}: {len(examples)}x, e.g. {examples[0]}" for kind, examples in problems.items()
     )
+
+
+def test_the_page_is_the_same_for_everyone(world: World) -> None:
+    """/ui holds no user's data: alice, bob and a caller without a key get the same bytes
+    (the page reads everything else through the API, with the caller's own credentials)."""
+    client = world.client
+    pages = [
+        client.get("/ui"),
+        client.get("/ui", headers=world.alice),
+        client.get("/ui", headers=bearer(world.bob_key, **{"X-User-Id": "alice"})),
+    ]
+    assert [page.status_code for page in pages] == [200, 200, 200]
+    assert pages[0].content == pages[1].content == pages[2].content
