@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
@@ -187,11 +188,16 @@ class DirectClient:
         body: dict[str, Any] = {**target.parameters, **request}
         body.update(model=upstream_model(target.model), messages=messages)
         headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
-        if target.api_key:
-            headers["Authorization"] = f"Bearer {target.api_key}"
+        # As the OpenAI SDK (and litellm) do: without a configured key or base URL, the
+        # environment's OPENAI_API_KEY and OPENAI_BASE_URL (or OPENAI_API_BASE) are used.
+        api_key = target.api_key or os.environ.get("OPENAI_API_KEY")
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
         headers.update(target.headers_for(user_id))
+        api_base = (target.api_base or os.environ.get("OPENAI_BASE_URL")
+                    or os.environ.get("OPENAI_API_BASE") or OPENAI_BASE)
         return {
-            "url": (target.api_base or OPENAI_BASE).rstrip("/") + "/chat/completions",
+            "url": api_base.rstrip("/") + "/chat/completions",
             "content": json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
             "headers": headers,
             "timeout": target.timeout,

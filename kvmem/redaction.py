@@ -8,6 +8,7 @@ replaces each occurrence with `***`. It knows nothing of HTTP or of litellm.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 
@@ -52,7 +53,11 @@ class SecretScrubber:
         for endpoint in config.endpoints.custom:
             values += [endpoint.api_key, *endpoint.headers.values()]
         values += config.auth.service_keys
-        return cls(value.get_secret_value() for value in values if value is not None)
+        secrets = [value.get_secret_value() for value in values if value is not None]
+        # The key the OpenAI SDK, litellm and the direct client take from the environment
+        # when none is configured is sent upstream too.
+        secrets.append(os.environ.get("OPENAI_API_KEY", ""))
+        return cls(secrets)
 
     def scrub(self, text: str) -> str:
         """`text` with every configured secret replaced by `***`."""

@@ -246,3 +246,27 @@ def test_an_unknown_client_is_a_config_error() -> None:
         Config.model_validate({"chat": {"client": "fast"}})
     assert [(error["loc"], error["type"]) for error in caught.value.errors()] == [
         (("chat", "client"), "literal_error")]
+
+
+def test_without_a_configured_key_the_environments_openai_key_is_sent_and_scrubbed(
+    make_client: Callable[..., TestClient], chat_sections: Any, upstream: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Like the OpenAI SDK and litellm, the direct client falls back to OPENAI_API_KEY (the
+    README's quick start relies on it), and an upstream echoing it never shows it."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment-123")
+    sections = chat_sections(agent={"enabled": False}, chat={"client": "direct"})
+    del sections["chat"]["api_key"]
+    client = make_client(**sections)
+    upstream.script(MAIN_MODEL, Reply(content="hi"), Reply(status=401, error={"error": {
+        "message": "Incorrect API key provided: sk-from-the-environment-123"}}))
+    body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]}
+
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    received = upstream.received(MAIN_MODEL)[0]
+    assert received.headers["authorization"] == "Bearer sk-from-the-environment-123"
+
+    refused = client.post("/v1/chat/completions", json=body)
+    assert refused.status_code == 502
+    assert "sk-from-the-environment-123" not in refused.text
+    assert "Incorrect API key provided: ***" in refused.json()["error"]["message"]
