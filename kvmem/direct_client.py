@@ -5,7 +5,7 @@ endpoints: it posts the request to `<api_base>/chat/completions` and hands back 
 own JSON (non-streamed) or its SSE events (streamed) as dicts, parsed and nothing else. No
 field is added, dropped or rewritten, so `reasoning_content`, `usage.*_details`,
 `system_fingerprint` and fields no library knows yet reach the client as the upstream sent
-them. Errors come out as the same kvmem errors `LiteLLMClient` raises.
+them. Errors come out as the same kvmem errors `LiteLLMClient` (litellm_client.py) raises.
 
 It knows nothing of litellm and does not choose which targets it serves.
 """
@@ -54,12 +54,26 @@ CLIENT_FAULTS = frozenset({400, 413, 422})
 OPENAI_ERROR_FIELDS = ("message", "type", "param", "code")
 
 
-class DirectClient:
-    """Calls OpenAI-compatible `/chat/completions` endpoints over pooled `httpx` clients.
+class UpstreamClient:
+    """What both model clients share: the scrubber that masks secrets in upstream text, and
+    `on_call(kind, seconds)`, which, when given, hears how long each call took (a stream:
+    until it ended), whether it succeeded or not."""
 
-    `on_call(kind, seconds)`, when given, hears how long each call took (a stream: until it
-    ended), whether it succeeded or not.
-    """
+    def __init__(
+        self,
+        scrubber: SecretScrubber | None = None,
+        on_call: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self.scrubber = scrubber or SecretScrubber()
+        self.on_call = on_call
+
+    def _timed(self, target: Target, started: float) -> None:
+        if self.on_call is not None:
+            self.on_call(target.kind, time.perf_counter() - started)
+
+
+class DirectClient(UpstreamClient):
+    """Calls OpenAI-compatible `/chat/completions` endpoints over pooled `httpx` clients."""
 
     def __init__(
         self,
@@ -69,8 +83,7 @@ class DirectClient:
         max_connections: int = 100,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.scrubber = scrubber or SecretScrubber()
-        self.on_call = on_call
+        super().__init__(scrubber, on_call)
         self._max_connections = max_connections
         self._transport = transport
         # One pool per kind of call (main, agent): httpcore's pool scans every connection it
