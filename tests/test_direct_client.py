@@ -15,7 +15,13 @@ from pydantic import ValidationError
 from starlette.testclient import TestClient
 
 from kvmem.config import Config
-from kvmem.provider import agent_target, chat_target, choose_client, token_prices, uses_litellm
+from kvmem.provider import (
+    agent_target,
+    chat_target,
+    choose_client,
+    token_prices,
+    uses_litellm,
+)
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, sse_events
 from tests.support.upstream import Reply, ScriptedUpstream
 
