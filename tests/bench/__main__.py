@@ -1,9 +1,9 @@
 """`python -m tests.bench [--quick] [--out DIR]`: measure kvmem beside the model.
 
-Starts on 127.0.0.1 a scripted upstream, five kvmem instances (agent off, agent on, agent
-that hangs; history kept and not kept) and the LiteLLM proxy, measures every section, prints a markdown table per
-section and the target checks (PASS/MISS), and writes results.json, results.md and
-latency.png to the results folder. Exits 0 when every section ran, whatever the numbers.
+Starts on 127.0.0.1 a scripted upstream, six kvmem instances (agent off, agent on, agent
+that hangs; history kept and not kept; the litellm path) and the LiteLLM proxy, measures
+every section, prints a markdown table per section and the target checks (PASS/MISS), and
+writes results.json, results.md and latency.png to the results folder. Exits 0 when every section ran, whatever the numbers.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from tests.bench.latency import Target
 from tests.bench.load import JSON_HEADERS, session
 from tests.bench.memory_path import memory_items
 from tests.bench.servers import (
+    ANTHROPIC_MODEL,
     MAIN_MODEL,
     UPSTREAM_MAIN,
     AgentSpec,
@@ -149,6 +150,9 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
                 ("kvmem_hang", AgentSpec("bench-hang", plan.agent_grace)),
             )
         }
+        # The litellm path (section 1b): a provider litellm translates (Anthropic-shaped).
+        litellm_path = servers.kvmem("kvmem_litellm", *servers.kvmem_config(
+            "kvmem_litellm", upstream, None, chat_model=ANTHROPIC_MODEL))
         # Two more for history's cost (section 4), started now so that they start in parallel.
         history = {
             days: servers.kvmem(name, *servers.kvmem_config(
@@ -156,9 +160,9 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
             for name, days in (("kvmem_history_on", 90), ("kvmem_history_off", 0))
         }
         proxy = servers.litellm_proxy(upstream)
-        step("starting the upstream, 5 kvmem instances and the LiteLLM proxy")
+        step("starting the upstream, 6 kvmem instances and the LiteLLM proxy")
         upstream.wait_ready(30)
-        for server in [*kvmem.values(), *history.values()]:
+        for server in [*kvmem.values(), *history.values(), litellm_path]:
             server.wait_ready(90)
         proxy.wait_ready(180)
         proxy_ready = proxy.ready_seconds
@@ -167,6 +171,7 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
         for server in kvmem.values():
             await seed(server, SEEDED_ENTRIES)
             await check_injection(server, upstream, SEEDED_ENTRIES)
+        await seed(litellm_path, SEEDED_ENTRIES)
 
         targets = [
             Target("direct", f"{upstream.url}/v1/chat/completions", UPSTREAM_MAIN, upstream.pid),
@@ -178,6 +183,15 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
         ]
         step("sections 1-2: latency and streaming, targets interleaved")
         sections["latency"], sections["streaming"], raw = await latency.measure(targets, plan)
+        step("section 1b: the litellm path (Anthropic-shaped upstream), targets interleaved")
+        sections["litellm_path"] = await latency.measure_c1([
+            targets[0],
+            Target("kvmem_litellm", f"{litellm_path.url}/v1/chat/completions", ANTHROPIC_MODEL,
+                   litellm_path.pid),
+            Target("litellm_proxy", f"{proxy.url}/v1/chat/completions", ANTHROPIC_MODEL,
+                   proxy.pid),
+        ], plan)
+        servers.stop(litellm_path)
         servers.stop(proxy)
 
         step("section 5: agent bound (agent model hangs)")

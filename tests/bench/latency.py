@@ -111,11 +111,12 @@ async def interleave(
     return series
 
 
-async def warm_up(targets: list[Target], requests: int) -> None:
+async def warm_up(targets: list[Target], requests: int,
+                  streams: tuple[bool, ...] = (False, True)) -> None:
     """A few unmeasured requests to each target, plain and streamed, at c=1 and c=8."""
     for target in targets:
         async with session(8) as client:
-            for stream in (False, True):
+            for stream in streams:
                 body = chat_body(target.model, stream=stream)
                 for concurrency in (1, 8):
                     batch = await run_batch(client, target.url, body, requests=requests,
@@ -176,6 +177,14 @@ def streaming_table(series: dict[str, Series]) -> dict[str, dict[str, Any]]:
         row["round_ttfb_p50s_ms"] = [ms(v) for v in one.round_ttfb_p50s]
         table[name] = row
     return table
+
+
+async def measure_c1(targets: list[Target], plan: Any) -> dict[str, Any]:
+    """Only the non-streamed c=1 rounds (the first target is the direct one)."""
+    await warm_up(targets, plan.warmup_requests, streams=(False,))
+    c1 = await interleave(targets, rounds=plan.c1_rounds, requests=plan.c1_requests,
+                          concurrency=1, seconds_per_batch=plan.batch_seconds)
+    return latency_table(c1)
 
 
 async def measure(

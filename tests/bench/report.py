@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ TARGET_LABELS = {
     "kvmem_off": "kvmem, agent off",
     "kvmem_on": "kvmem, agent on",
     "litellm_proxy": "LiteLLM proxy",
+    "kvmem_litellm": "kvmem, litellm path",
 }
 
 
@@ -88,6 +88,16 @@ def markdown(results: dict[str, Any]) -> str:
         out += ["", f"## 1. Added latency, non-streamed, concurrency {concurrency[1:]}", "",
                 table(["target", "n", "p50 ms", "p99 ms", "req/s", "added p50 ms",
                        "added p99 ms", "server CPU ms/req", "errors"], rows)]
+    path = sections["litellm_path"]
+    rows = [[label(name), row["n"], row["p50_ms"], row["p99_ms"], row["added_p50_ms"],
+             row["added_p99_ms"], row["server_cpu_ms_per_request"], row["errors"]]
+            for name, row in path.items()]
+    out += ["", "## 1b. The litellm path, non-streamed, concurrency 1", "",
+            "kvmem with `chat.model: anthropic/bench-model` (litellm translates it to the "
+            "upstream's Anthropic-shaped /v1/messages) and the proxy with the same model; added "
+            "over the upstream direct (OpenAI-shaped, same latency).", "",
+            table(["target", "n", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms",
+                   "server CPU ms/req", "errors"], rows)]
     streaming = sections["streaming"]["c1"]
     rows = [
         [label(name), row["n"], row["ttfb_p50_ms"], row["ttfb_p99_ms"], row["added_ttfb_p50_ms"],
@@ -167,44 +177,64 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+# The litellm path's added p50 as a share of the proxy's, in the last full run before the
+# direct path (README: 9.45 vs 15.79 ms, when every call went through litellm): "no slower
+# than today" for a provider that still goes through litellm.
+LITELLM_PATH_RATIO_BEFORE = 0.60
+
+
 def checks(sections: dict[str, Any], quick: bool = False) -> list[Check]:
-    """The issue's targets, as ratios and comparisons within this run."""
+    """The issues' targets, as ratios and comparisons within this run."""
     c1 = sections["latency"]["c1"]
     c32 = sections["latency"]["c32"]
     off, on, proxy = c1["kvmem_off"], c1["kvmem_on"], c1["litellm_proxy"]
     found: list[Check] = []
+    ratio = off["added_p50_ms"] / proxy["added_p50_ms"]
     found.append(Check(
-        "kvmem added p50 at c=1 <= half of the proxy's",
+        "added p50 at c=1, non-streamed, direct path: <= 3 ms and <= 0.25 x the proxy's",
         f"{off['added_p50_ms']:.2f} ms vs proxy {proxy['added_p50_ms']:.2f} ms "
-        f"(ratio {_ratio(off['added_p50_ms'], proxy['added_p50_ms'])})",
-        "ratio <= 0.50", off["added_p50_ms"] <= 0.5 * proxy["added_p50_ms"],
+        f"(ratio {ratio:.2f})",
+        "<= 3 ms, ratio <= 0.25", off["added_p50_ms"] <= 3.0 and ratio <= 0.25,
     ))
+    ratio = off["added_p99_ms"] / proxy["added_p99_ms"]
     found.append(Check(
-        "kvmem p99 at c=1 <= proxy p99",
-        f"{off['p99_ms']:.2f} ms vs {proxy['p99_ms']:.2f} ms", "<=",
-        off["p99_ms"] <= proxy["p99_ms"],
-    ))
-    found.append(Check(
-        "kvmem req/s at c=32 >= proxy's",
-        f"{c32['kvmem_off']['rps']:.0f} vs {c32['litellm_proxy']['rps']:.0f} req/s "
-        f"(ratio {_ratio(c32['kvmem_off']['rps'], c32['litellm_proxy']['rps'])})",
-        "ratio >= 1.00", c32["kvmem_off"]["rps"] >= c32["litellm_proxy"]["rps"],
+        "added p99 at c=1 <= 0.5 x the proxy's",
+        f"{off['added_p99_ms']:.2f} ms vs proxy {proxy['added_p99_ms']:.2f} ms "
+        f"(ratio {ratio:.2f})", "ratio <= 0.50", ratio <= 0.5,
     ))
     streaming = sections["streaming"]["c1"]
-    worst_ttfb = max(streaming["kvmem_off"]["added_ttfb_p50_ms"],
-                     streaming["kvmem_on"]["added_ttfb_p50_ms"])
+    worst = max(streaming["kvmem_off"]["added_ttfb_p50_ms"],
+                streaming["kvmem_on"]["added_ttfb_p50_ms"])
+    proxy_ttfb = streaming["litellm_proxy"]["added_ttfb_p50_ms"]
     found.append(Check(
-        "kvmem streaming added TTFB p50 <= 5 ms (agent off and on)",
+        "streamed added TTFB p50 <= 0.3 x the proxy's (agent off and on)",
         f"off {streaming['kvmem_off']['added_ttfb_p50_ms']:.2f} ms, "
-        f"on {streaming['kvmem_on']['added_ttfb_p50_ms']:.2f} ms", "<= 5 ms", worst_ttfb <= 5.0,
+        f"on {streaming['kvmem_on']['added_ttfb_p50_ms']:.2f} ms, proxy {proxy_ttfb:.2f} ms "
+        f"(worst ratio {worst / proxy_ttfb:.2f})", "ratio <= 0.30", worst <= 0.3 * proxy_ttfb,
     ))
-    diffs = [a - b for a, b in zip(on["round_p50s_ms"], off["round_p50s_ms"], strict=False)]
-    noise = max(0.5, 2 * statistics.stdev(diffs) / math.sqrt(len(diffs))) if len(diffs) > 1 else 0.5
-    difference = on["p50_ms"] - off["p50_ms"]
+    ratio = c32["kvmem_off"]["rps"] / c32["litellm_proxy"]["rps"]
     found.append(Check(
-        "agent on: p50 at c=1 within noise of agent off",
-        f"{difference:+.2f} ms", f"<= {noise:.2f} ms (2 SE of paired round p50s, min 0.5)",
-        difference <= noise,
+        "req/s at c=32, agent off >= 2.5 x the proxy's",
+        f"{c32['kvmem_off']['rps']:.0f} vs {c32['litellm_proxy']['rps']:.0f} req/s "
+        f"(ratio {ratio:.2f})", "ratio >= 2.50", ratio >= 2.5,
+    ))
+    ratio = c32["kvmem_on"]["rps"] / c32["kvmem_off"]["rps"]
+    found.append(Check(
+        "req/s at c=32, agent on >= 0.8 x agent off",
+        f"{c32['kvmem_on']['rps']:.0f} vs {c32['kvmem_off']['rps']:.0f} req/s "
+        f"(ratio {ratio:.2f})", "ratio >= 0.80", ratio >= 0.8,
+    ))
+    difference = on["p50_ms"] - off["p50_ms"]
+    found.append(Check("agent on vs off, p50 at c=1", f"{difference:+.2f} ms", "<= +0.5 ms",
+                       difference <= 0.5))
+    path = sections["litellm_path"]
+    ratio = path["kvmem_litellm"]["added_p50_ms"] / path["litellm_proxy"]["added_p50_ms"]
+    found.append(Check(
+        "litellm path (Anthropic-shaped) no slower than before: added p50 as a share of the "
+        "proxy's (same model)",
+        f"{path['kvmem_litellm']['added_p50_ms']:.2f} vs "
+        f"{path['litellm_proxy']['added_p50_ms']:.2f} ms (ratio {ratio:.2f})",
+        f"ratio <= {LITELLM_PATH_RATIO_BEFORE:.2f} (before)", ratio <= LITELLM_PATH_RATIO_BEFORE,
     ))
     for kind, field in (("warm", "p50_ms"), ("cold", "cold_p50_ms")):
         block = sections["memory_path"]["200"][field]
@@ -233,6 +263,12 @@ def checks(sections: dict[str, Any], quick: bool = False) -> list[Check]:
     soak_note = " (a quick run's soak is too short to judge)" if quick else ""
     found.append(Check("RSS growth under load ~0", f"{growth:+.2f} MiB/min",
                        "abs(growth) <= 1 MiB/min" + soak_note, abs(growth) <= 1.0))
+    startup = sections["footprint"]["startup"]["median_s"]
+    found.append(Check("start to ready (direct path only, litellm never imported)",
+                       f"{startup:.2f} s", "<= 1.5 s", startup <= 1.5))
+    rss = sections["footprint"]["soak"]["rss_after_load_mib"]
+    found.append(Check("RSS after load (direct path only)", f"{rss:.0f} MiB" + soak_note,
+                       "<= 150 MiB", rss <= 150.0))
     return found
 
 

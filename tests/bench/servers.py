@@ -33,6 +33,9 @@ API_KEY = "sk-bench"
 CHAT_CLIENT_ENV = "KVMEM_BENCH_CHAT_CLIENT"
 MAIN_MODEL = "openai/bench-model"  # what clients of kvmem and of the proxy ask for
 UPSTREAM_MAIN = "bench-model"  # what the upstream sees (litellm drops the provider)
+# The litellm path: a provider that litellm translates (kvmem's `chat.client: auto` sends it
+# through litellm), served by the upstream's Anthropic-shaped `/v1/messages`.
+ANTHROPIC_MODEL = "anthropic/bench-model"
 USER_ID = "local"  # auth.mode local: every request is this user
 
 
@@ -218,7 +221,8 @@ class Fleet:
 
     def kvmem_config(self, name: str, upstream: Server, agent: AgentSpec | None,
                      database_url: str | None = None,
-                     memory_extra: dict[str, Any] | None = None) -> tuple[Path, int]:
+                     memory_extra: dict[str, Any] | None = None,
+                     chat_model: str = MAIN_MODEL) -> tuple[Path, int]:
         """Write `<name>.yaml` for a kvmem instance; (its path, its port)."""
         port = free_port()
         memory: dict[str, Any] = {"tokenLimit": 20000, **(memory_extra or {})}
@@ -232,8 +236,9 @@ class Fleet:
             "server": {"host": HOST, "port": port},
             "database": {"url": database_url or f"sqlite:///{self.workdir / (name + '.db')}"},
             "auth": {"mode": "local"},
-            "chat": {"model": MAIN_MODEL, "api_base": f"{upstream.url}/v1", "api_key": API_KEY,
-                     "timeout": 30, "client": os.environ.get(CHAT_CLIENT_ENV) or "auto"},
+            "chat": {"model": chat_model, "api_base": upstream_base(upstream, chat_model),
+                     "api_key": API_KEY, "timeout": 30,
+                     "client": os.environ.get(CHAT_CLIENT_ENV) or "auto"},
             "memory": memory,
         }
         path = self.workdir / f"{name}.yaml"
@@ -251,11 +256,12 @@ class Fleet:
         """The LiteLLM proxy in front of the same upstream: no database, no network."""
         port = free_port()
         config = {
-            "model_list": [{
-                "model_name": MAIN_MODEL,
-                "litellm_params": {"model": MAIN_MODEL, "api_base": f"{upstream.url}/v1",
-                                   "api_key": API_KEY},
-            }],
+            "model_list": [
+                {"model_name": model,
+                 "litellm_params": {"model": model, "api_base": upstream_base(upstream, model),
+                                    "api_key": API_KEY}}
+                for model in (MAIN_MODEL, ANTHROPIC_MODEL)
+            ],
             "litellm_settings": {"telemetry": False},
             # Like kvmem's auth.mode local: no credentials. Without this, recent proxies
             # refuse to start with no master key.
@@ -271,6 +277,12 @@ class Fleet:
             [*tool("litellm"), "--config", str(path), "--host", HOST, "--port", str(port)],
             port, "/health/liveliness", env=env, config=path,
         )
+
+
+def upstream_base(upstream: Server, model: str) -> str:
+    """The `api_base` for `model`: litellm appends `/v1/messages` to an Anthropic base and
+    `/chat/completions` to an OpenAI one."""
+    return upstream.url if model.startswith("anthropic/") else f"{upstream.url}/v1"
 
 
 @contextmanager

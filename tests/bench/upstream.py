@@ -7,6 +7,8 @@ the model name (any `provider/` prefix is dropped):
 - `bench-model`: the main model. Answers after `--main-latency`; streamed, `--chunks` chunks
   with `--chunk-delay` between them.
 - `bench-agent`: the memory agent. Answers after `--agent-latency`, text only, no tool calls.
+- `POST .../v1/messages` (Anthropic's Messages API, what litellm sends for `anthropic/...`
+  models): `bench-model` answers after `--main-latency`, non-streamed only.
 - `bench-hang`: never answers. It waits for the client to go away (at most `--max-hang`
   seconds) and records `time.monotonic()` of the disconnect under the request's tag (the
   first `bench-tag-<hex>` found in the body). CLOCK_MONOTONIC is shared by every process on
@@ -51,6 +53,20 @@ def completion(model: str, content: str) -> bytes:
     ).encode()
 
 
+def anthropic_message(model: str, content: str) -> bytes:
+    """A whole Anthropic `message` body."""
+    return json.dumps({
+        "id": "msg_bench",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": content}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }).encode()
+
+
 def stream_events(model: str, pieces: list[str]) -> list[bytes]:
     """The SSE events of a streamed answer, `[DONE]` included."""
 
@@ -92,6 +108,7 @@ class Upstream:
         self.agent_body = completion(AGENT, "Nothing to remember.")
         pieces = [f"word{i} " for i in range(max(1, chunks))]
         self.main_events = stream_events(MAIN, pieces)
+        self.anthropic_body = anthropic_message(MAIN, "Noted, thanks.")
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -99,6 +116,8 @@ class Upstream:
         path, method = scope["path"], scope["method"]
         if method == "POST" and path.endswith("/chat/completions"):
             await self.chat(receive, send)
+        elif method == "POST" and path.endswith("/v1/messages"):
+            await self.messages(receive, send)
         elif method == "GET" and path == "/control/ping":
             await respond(send, 200, b'{"status":"ok"}')
         elif method == "GET" and path == "/control/hangs":
@@ -134,6 +153,15 @@ class Upstream:
                 await respond(send, 200, self.main_body)
         else:
             await respond(send, 404, b'{"error":{"message":"unknown model"}}')
+
+    async def messages(self, receive: Any, send: Any) -> None:
+        body = json.loads(await read_body(receive))
+        if body.get("model") != MAIN or body.get("stream"):
+            await respond(send, 400, b'{"type":"error","error":{"type":"invalid_request_error",'
+                                     b'"message":"only bench-model, non-streamed"}}')
+            return
+        await asyncio.sleep(self.main_latency)
+        await respond(send, 200, self.anthropic_body)
 
     async def stream(self, send: Any) -> None:
         await send({
