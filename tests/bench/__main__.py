@@ -31,7 +31,7 @@ import uvloop
 
 from tests.bench import agent_bound, footprint, latency, memory_path, report, writes
 from tests.bench.latency import Target
-from tests.bench.load import JSON_HEADERS, session
+from tests.bench.load import JSON_HEADERS, seed, session
 from tests.bench.memory_path import memory_items
 from tests.bench.servers import (
     ANTHROPIC_MODEL,
@@ -169,9 +169,9 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
         step(f"ready: kvmem {[round(s.ready_seconds or 0, 1) for s in kvmem.values()]} s, "
              f"proxy {proxy_ready:.1f} s (all starting at once)")
         for server in kvmem.values():
-            await seed(server, SEEDED_ENTRIES)
+            await seed(server.url, memory_items(SEEDED_ENTRIES))
             await check_injection(server, upstream, SEEDED_ENTRIES)
-        await seed(litellm_path, SEEDED_ENTRIES)
+        await seed(litellm_path.url, memory_items(SEEDED_ENTRIES))
 
         targets = [
             Target("direct", f"{upstream.url}/v1/chat/completions", UPSTREAM_MAIN, upstream.pid),
@@ -229,7 +229,7 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
         )
         servers.stop(kvmem["kvmem_on"])
         fresh, startup_runs = await startup(servers, upstream, plan.startup_runs)
-        await seed(fresh, SEEDED_ENTRIES)
+        await seed(fresh.url, memory_items(SEEDED_ENTRIES))
         soak = await footprint.soak(
             fresh, warmup_requests=plan.soak_warmup_requests, seconds=plan.soak_seconds,
             concurrency=4, sample_every=plan.soak_sample_every,
@@ -304,18 +304,6 @@ async def startup(servers: Fleet, upstream: Server, runs: int) -> tuple[Server, 
         times.append(round(await asyncio.to_thread(server.wait_ready, 90), 3))
     assert server is not None
     return server, times
-
-
-async def seed(server: Server, count: int) -> None:
-    """Give the user `count` memory entries through the REST API."""
-    async with session(1) as client:
-        for key, value in memory_items(count):
-            body = json.dumps({"value": value}).encode()
-            async with client.put(f"{server.url}/memory/{key}", data=body,
-                                  headers=JSON_HEADERS) as response:
-                if response.status not in (200, 201):
-                    raise RuntimeError(f"{server.name}: PUT /memory/{key} answered "
-                                       f"{response.status}: {await response.text()}")
 
 
 async def check_injection(server: Server, upstream: Server, count: int) -> None:

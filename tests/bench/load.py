@@ -106,6 +106,18 @@ async def stream_once(
     batch.latencies.append(ended - started)
 
 
+async def seed(base_url: str, items: Sequence[tuple[str, str]]) -> None:
+    """Give the (local) user these memory entries through the REST API."""
+    async with session(1) as client:
+        for key, value in items:
+            body = json.dumps({"value": value}).encode()
+            async with client.put(f"{base_url}/memory/{key}", data=body,
+                                  headers=JSON_HEADERS) as response:
+                if response.status not in (200, 201):
+                    raise RuntimeError(f"{base_url}: PUT /memory/{key} answered "
+                                       f"{response.status}: {await response.text()}")
+
+
 async def run_batch(
     client: aiohttp.ClientSession,
     url: str,
