@@ -49,7 +49,22 @@ _ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
 _ESCAPES.update({c: _json_escape(c) for c in _INVISIBLE if c not in _ESCAPES})
 
 
-_NEEDS_ESCAPE = re.compile("[" + re.escape("".join(map(chr, _ESCAPES))) + "]")
+def _character_class(codes: Sequence[int]) -> str:
+    """A regex class matching `codes`, written as ranges: a class of single characters above
+    U+00FF is searched one member at a time per character, a range in one comparison."""
+    ranges: list[list[int]] = []
+    for code in sorted(codes):
+        if ranges and code == ranges[-1][1] + 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    return "[" + "".join(
+        re.escape(chr(low)) + ("" if low == high else "-" + re.escape(chr(high)))
+        for low, high in ranges
+    ) + "]"
+
+
+_NEEDS_ESCAPE = re.compile(_character_class(list(_ESCAPES)))
 
 
 def escape_value(value: str) -> str:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import sys
 from datetime import UTC, datetime
 
 import pytest
 
 from kvmem.prompts import (
+    _ESCAPES,
+    _NEEDS_ESCAPE,
     BLOCK_CLOSE,
     BLOCK_OPEN,
     BLOCK_PREAMBLE,
@@ -222,3 +225,13 @@ def test_default_instructions_cover_the_contract():
                    "token limit", "Never store things merely mentioned",
                    "do not call any tool and end your turn"):
         assert needed in text, needed
+
+
+def test_the_quick_search_finds_exactly_the_characters_that_are_escaped() -> None:
+    # escape_value skips values in which this search finds nothing; written as ranges, it
+    # must still match every escaped character and no other, over all of Unicode.
+    escaped = set(_ESCAPES)
+    wrong = [code for code in range(sys.maxunicode + 1)
+             if bool(_NEEDS_ESCAPE.fullmatch(chr(code))) != (code in escaped)]
+    assert wrong == []
+    assert escape_value("a\u2029b<c") == "a\\u2029b\\u003cc"
