@@ -24,7 +24,6 @@ from kvmem.config import Config
 from kvmem.errors import BadRequest, StoreUnavailable
 from kvmem.prompts import ChatLine, entries_within, render_memory_block
 from kvmem.store import Entry, MemoryStore, Snapshot
-from kvmem.tables import utcnow
 
 log = logging.getLogger("kvmem.turn_memory")
 
@@ -199,11 +198,11 @@ class MemoryService:
 
     def _over_budget(self, user_id: str) -> bool:
         """Whether the user's agent runs of today reached the budget (read from the database,
-        so every replica sees the same runs)."""
+        so every replica sees the same runs, plus this process's records not written yet)."""
         agent = self.agent
         if agent.daily_token_budget is None or agent.usage is None or not agent.enabled:
             return False
-        return agent.is_over_budget(agent.usage.tokens_today(user_id, utcnow()))
+        return agent.is_over_budget(agent.tokens_today(user_id))
 
     def main_ended(self, memory: TurnMemory) -> None:
         """The main response is complete: start the agent's grace period."""
