@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from kvmem.store import Entry, MemoryStore, Snapshot
 log = logging.getLogger("kvmem.turn_memory")
 
 BLOCK_COUNTS_KEPT = 256
+BLOCKS_KEPT = 1024  # rendered blocks, one per user (the store keeps as many users' entries)
 MAX_CONVERSATION_ID = 200  # the width of memory_changes.conversation_id and agent_runs'
 _PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]+")
 
@@ -86,6 +88,10 @@ class MemoryService:
         # A block changes only when the user's memory does, and counting a 200-entry block
         # costs more than reading and rendering it: recent counts are kept (thread-safe).
         self._block_tokens = functools.lru_cache(maxsize=BLOCK_COUNTS_KEPT)(store.tokens.count)
+        # Per user: the entries last rendered, the ones injected and their block (read by
+        # worker threads without the lock: a race only renders a block twice).
+        self._blocks: dict[str, tuple[Sequence[Entry], list[Entry], str]] = {}
+        self._blocks_lock = threading.Lock()
         self.agent = agent
 
     def window(self, messages: Sequence[ChatLine]) -> list[ChatLine]:
@@ -186,8 +192,18 @@ class MemoryService:
         snapshot = self.store.snapshot(user_id)
         if not snapshot.memories_enabled:
             return snapshot, [], ""
+        # The store hands out the same entries object until the user's memory changes, so
+        # the block rendered from it is reused as long as that object is the one read.
+        rendered = self._blocks.get(user_id)
+        if rendered is not None and rendered[0] is snapshot.entries:
+            return snapshot, rendered[1], rendered[2]
         entries = entries_within(snapshot.entries, self.config.memory.token_limit)
-        return snapshot, entries, render_memory_block(entries)
+        block = render_memory_block(entries)
+        with self._blocks_lock:
+            if len(self._blocks) >= BLOCKS_KEPT:
+                del self._blocks[next(iter(self._blocks))]
+            self._blocks[user_id] = (snapshot.entries, entries, block)
+        return snapshot, entries, block
 
     def _read_turn(self, user_id: str) -> tuple[Snapshot, list[Entry], str, bool]:
         """`_read`, and whether the user is over the daily token budget (one trip off the
