@@ -3,8 +3,9 @@
 It knows nothing of HTTP. `MemoryAgent.start` launches one `AgentRun` as an asyncio task
 that the app tracks; the run is cancelled `grace_seconds` after the main response ends, and a
 guard run just before each commit makes sure no write lands after that deadline. When a run
-ends, its usage (model calls, tokens, cost, writes) is recorded off the event loop by a task
-of its own, so that recording can neither slow nor fail the chat.
+ends, its usage (model calls, tokens, cost, writes) is queued and recorded off the event loop
+with the records of other runs that ended about then (`RecordBatches`), so that recording can
+neither slow nor fail the chat.
 
 The model writes through native tool calls (`mode: tools`) or, for models without tool
 calling, through one JSON object (`mode: json`, parsed in kvmem/agent_json.py); both are
@@ -55,7 +56,7 @@ from kvmem.provider import ModelClient, Target, token_prices
 from kvmem.redaction import SecretScrubber
 from kvmem.store import Entry, MemoryStore
 from kvmem.tables import utcnow
-from kvmem.usage import RunUsage, UsageStore
+from kvmem.usage import RecordBatches, RunUsage, UsageStore, day_start
 
 log = logging.getLogger("kvmem.agent")
 
@@ -92,7 +93,7 @@ class MemoryAgent:
         self.last_error: AgentError | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs: set[AgentRun] = set()
-        self._records: set[asyncio.Task[None]] = set()
+        self._records = RecordBatches(self._write_records, self._records_lost)
         self._tools = tool_definitions(config.memory.valid_keys)
         self._scrubber = SecretScrubber.from_config(config)  # failures may quote a secret
         # Decided once from the config, not on every request.
@@ -195,7 +196,15 @@ class MemoryAgent:
     @property
     def recording(self) -> int:
         """How many ended runs are still having their usage written."""
-        return len(self._records)
+        return self._records.unwritten
+
+    def tokens_today(self, user_id: str) -> int:
+        """The tokens of the user's runs since midnight UTC: those recorded in the database
+        (by every replica) and those of this process not written yet (from any thread)."""
+        assert self.usage is not None
+        now = utcnow()
+        return (self.usage.tokens_today(user_id, now)
+                + self._records.unwritten_tokens(user_id, day_start(now)))
 
     async def shutdown(self, drain_seconds: float = 0.0) -> None:
         """Let runs in flight end by their deadlines, waiting at most `drain_seconds`; then
@@ -208,8 +217,8 @@ class MemoryAgent:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        # The runs just ended started their records: let them land before the database closes.
-        await asyncio.gather(*list(self._records), return_exceptions=True)
+        # The runs just ended queued their records: write them before the database closes.
+        await self._records.close()
 
     async def _run(
         self,
@@ -245,11 +254,11 @@ class MemoryAgent:
     def _record_later(
         self, run: AgentRun, user_id: str, conversation_id: str | None, duration: float
     ) -> None:
-        """Record the run's usage in a task of its own, so the run (and a stream waiting for
-        it) ends now, not after a database write."""
+        """Queue the run's usage record, so the run (and a stream waiting for it) ends now,
+        not after a database write."""
         if self.usage is None:
             return
-        usage = RunUsage(
+        self._records.add(RunUsage(
             user_id=user_id,
             conversation_id=conversation_id,
             started_at=run.started_at,
@@ -260,16 +269,15 @@ class MemoryAgent:
             cost_usd=self._cost(run),
             state=run.state,
             writes=len(run.updates),
-        )
-        task = asyncio.get_running_loop().create_task(self._record(usage))
-        self._records.add(task)
-        task.add_done_callback(self._records.discard)
+        ))
 
-    async def _record(self, usage: RunUsage) -> None:
+    def _write_records(self, runs: Sequence[RunUsage]) -> None:
         assert self.usage is not None
-        try:
-            await anyio.to_thread.run_sync(self.usage.record, usage)
-        except Exception as exc:  # a lost record is logged and counted, never the chat's problem
+        self.usage.record(*runs)
+
+    def _records_lost(self, runs: Sequence[RunUsage], exc: Exception) -> None:
+        """A lost record is logged and counted, never the chat's problem."""
+        for usage in runs:
             log.warning("agent run usage not recorded: user=%s conversation=%s: %s",
                         usage.user_id, usage.conversation_id, exc)
             self.metrics.error("usage_record_failed")

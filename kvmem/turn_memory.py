@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,11 +25,11 @@ from kvmem.config import Config
 from kvmem.errors import BadRequest, StoreUnavailable
 from kvmem.prompts import ChatLine, entries_within, render_memory_block
 from kvmem.store import Entry, MemoryStore, Snapshot
-from kvmem.tables import utcnow
 
 log = logging.getLogger("kvmem.turn_memory")
 
 BLOCK_COUNTS_KEPT = 256
+BLOCKS_KEPT = 1024  # rendered blocks, one per user (the store keeps as many users' entries)
 MAX_CONVERSATION_ID = 200  # the width of memory_changes.conversation_id and agent_runs'
 _PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]+")
 
@@ -87,6 +88,10 @@ class MemoryService:
         # A block changes only when the user's memory does, and counting a 200-entry block
         # costs more than reading and rendering it: recent counts are kept (thread-safe).
         self._block_tokens = functools.lru_cache(maxsize=BLOCK_COUNTS_KEPT)(store.tokens.count)
+        # Per user: the entries last rendered, the ones injected and their block (read by
+        # worker threads without the lock: a race only renders a block twice).
+        self._blocks: dict[str, tuple[Sequence[Entry], list[Entry], str]] = {}
+        self._blocks_lock = threading.Lock()
         self.agent = agent
 
     def window(self, messages: Sequence[ChatLine]) -> list[ChatLine]:
@@ -187,8 +192,18 @@ class MemoryService:
         snapshot = self.store.snapshot(user_id)
         if not snapshot.memories_enabled:
             return snapshot, [], ""
+        # The store hands out the same entries object until the user's memory changes, so
+        # the block rendered from it is reused as long as that object is the one read.
+        rendered = self._blocks.get(user_id)
+        if rendered is not None and rendered[0] is snapshot.entries:
+            return snapshot, rendered[1], rendered[2]
         entries = entries_within(snapshot.entries, self.config.memory.token_limit)
-        return snapshot, entries, render_memory_block(entries)
+        block = render_memory_block(entries)
+        with self._blocks_lock:
+            if len(self._blocks) >= BLOCKS_KEPT:
+                del self._blocks[next(iter(self._blocks))]
+            self._blocks[user_id] = (snapshot.entries, entries, block)
+        return snapshot, entries, block
 
     def _read_turn(self, user_id: str) -> tuple[Snapshot, list[Entry], str, bool]:
         """`_read`, and whether the user is over the daily token budget (one trip off the
@@ -199,11 +214,11 @@ class MemoryService:
 
     def _over_budget(self, user_id: str) -> bool:
         """Whether the user's agent runs of today reached the budget (read from the database,
-        so every replica sees the same runs)."""
+        so every replica sees the same runs, plus this process's records not written yet)."""
         agent = self.agent
         if agent.daily_token_budget is None or agent.usage is None or not agent.enabled:
             return False
-        return agent.is_over_budget(agent.usage.tokens_today(user_id, utcnow()))
+        return agent.is_over_budget(agent.tokens_today(user_id))
 
     def main_ended(self, memory: TurnMemory) -> None:
         """The main response is complete: start the agent's grace period."""

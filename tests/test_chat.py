@@ -73,6 +73,26 @@ def test_entries_are_injected_oldest_first(upstream, chat_sections, make_client)
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", day["city"])
 
 
+def test_each_change_of_memory_reaches_the_next_block(upstream, chat_sections, make_client):
+    """The block is rendered again after every change (it is reused only while the user's
+    memory is unchanged)."""
+    client = make_client(**chat_sections(memory=NO_AGENT))
+    steps = [("PUT", "name", "Ada"), ("PUT", "name", "Ada Lovelace"), ("PUT", "city", "Rome"),
+             ("DELETE", "name", None), ("DELETE", "city", None)]
+    seen = []
+    for method, key, value in steps:
+        body = {"value": value} if value is not None else None
+        assert client.request(method, f"/memory/{key}", json=body).status_code in (200, 201, 204)
+        for _ in range(2):  # the second request reads the same, unchanged memory
+            assert client.post("/chat", json={"message": "hi"}).status_code == 200
+            seen.append(upstream.received(MAIN_MODEL)[-1].system)
+    assert [("Ada Lovelace" in s, "Rome" in s, "Ada" in s) for s in seen[::2]] == [
+        (False, False, True), (True, False, True), (True, True, True), (False, True, False),
+        (False, False, False)]
+    assert seen[1::2] == seen[::2]
+    assert "<user_memory>" not in seen[-1]
+
+
 def test_an_empty_system_prompt_gets_the_block_alone(upstream, chat_sections, make_client):
     client = make_client(**chat_sections(memory=NO_AGENT, chat={"system_prompt": ""}))
     client.put("/memory/name", json={"value": "Ada"})

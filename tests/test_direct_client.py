@@ -4,9 +4,12 @@ cap, no key in errors, and litellm left unimported when no target needs it."""
 
 from __future__ import annotations
 
+import base64
 import json
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -276,3 +279,58 @@ def test_without_a_configured_key_the_environments_openai_key_is_sent_and_scrubb
     assert refused.status_code == 502
     assert "sk-from-the-environment-123" not in refused.text
     assert "Incorrect API key provided: ***" in refused.json()["error"]["message"]
+
+
+def test_the_environments_proxy_carries_the_call_unless_no_proxy_exempts_its_host(
+    make_client: Callable[..., TestClient], chat_sections: Any, upstream: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HTTP_PROXY/HTTPS_PROXY and NO_PROXY apply, as for httpx, the OpenAI SDK and litellm.
+    The scripted upstream stands in for the proxy: it answers whatever URL it is asked for."""
+    proxy = upstream.url.removesuffix("/v1")
+    for name in ("no_proxy", "NO_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", proxy)
+    monkeypatch.setenv("HTTP_PROXY", proxy)
+    sections = chat_sections(agent={"enabled": False},
+                             chat={"client": "direct", "api_base": "http://upstream.invalid/v1"})
+    body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]}
+
+    assert make_client(**sections).post("/v1/chat/completions", json=body).status_code == 200
+    assert upstream.received(MAIN_MODEL)[0].headers["host"] == "upstream.invalid"
+
+    monkeypatch.setenv("no_proxy", "upstream.invalid")
+    monkeypatch.setenv("NO_PROXY", "upstream.invalid")
+    exempt = make_client(**sections).post("/v1/chat/completions", json=body)
+    assert exempt.status_code == 502  # straight to a host that does not exist
+    assert len(upstream.received(MAIN_MODEL)) == 1
+
+
+def test_credentials_in_the_base_url_are_sent_as_basic_auth_and_never_quoted(
+    make_client: Callable[..., TestClient], chat_sections: Any, upstream: Any,
+) -> None:
+    """As httpx: the URL's user:password become the Authorization header (instead of the
+    key); an answer that is not HTTP fails without quoting the URL."""
+    with socket.create_server(("127.0.0.1", 0)) as garbage:
+        port = garbage.getsockname()[1]
+        credentialed = upstream.url.replace("http://", "http://ops:pa%40ss@")
+        client = make_client(**chat_sections(agent={"enabled": False},
+                                             chat={"client": "direct", "api_base": credentialed}))
+        body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]}
+        assert client.post("/v1/chat/completions", json=body).status_code == 200
+        assert upstream.received(MAIN_MODEL)[0].headers["authorization"] == (
+            "Basic " + base64.b64encode(b"ops:pa@ss").decode())
+
+        def answer_garbage() -> None:
+            connection, _ = garbage.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+
+        threading.Thread(target=answer_garbage, daemon=True).start()
+        broken = make_client(**chat_sections(agent={"enabled": False}, chat={
+            "client": "direct", "api_base": f"http://ops:pa%40ss@127.0.0.1:{port}/v1"}))
+        refused = broken.post("/v1/chat/completions", json=body)
+    assert refused.status_code == 502
+    assert refused.json()["error"]["message"].startswith("the model call failed: ")
+    assert "pa@ss" not in refused.text and "pa%40ss" not in refused.text

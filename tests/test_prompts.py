@@ -79,6 +79,20 @@ def test_escape_value_escapes_del_and_the_c1_controls_exactly():
     assert escape_value("\xa0 non-breaking space and é stay") == "\xa0 non-breaking space and é stay"
 
 
+def test_every_escaped_character_is_found_alone_and_in_text_and_no_other_is():
+    """The quick search that skips values needing nothing finds each character the
+    translation escapes (its class is built as ranges), and nothing else."""
+    from kvmem.prompts import _ESCAPES
+
+    for code in _ESCAPES:
+        assert escape_value(chr(code)) == _ESCAPES[code]
+        assert escape_value(f"plain {chr(code)} text") == f"plain {_ESCAPES[code]} text"
+    neighbours = {code + step for code in _ESCAPES for step in (-1, 1) if code + step >= 0}
+    neighbours -= set(_ESCAPES)
+    for code in neighbours - set(range(0xD800, 0xE000)):  # lone surrogates are no text
+        assert escape_value(f"a{chr(code)}b") == f"a{chr(code)}b"
+
+
 def test_escape_value_escapes_invisible_format_characters_exactly():
     assert escape_value("x\u202ey\u202a\u202b\u202c\u202d") == (
         "x\\u202ey\\u202a\\u202b\\u202c\\u202d"

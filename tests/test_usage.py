@@ -3,7 +3,8 @@ token budget (in one process, and across two `kvmem serve` processes on one data
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from starlette.testclient import TestClient
 from kvmem.db import Database
 from kvmem.errors import StoreUnavailable
 from kvmem.tables import AgentRunRecord, utcnow
-from kvmem.usage import RunUsage, UsageStore
+from kvmem.usage import MAX_BATCH, RecordBatches, RunUsage, UsageStore, day_start
 from tests.support.apps import (
     AGENT_MODEL,
     services,
@@ -157,7 +158,7 @@ def test_a_lost_record_never_fails_the_chat(
     make_client: MakeClient, chat_sections: Sections, caplog: pytest.LogCaptureFixture
 ) -> None:
     class BrokenUsage(UsageStore):
-        def record(self, run: RunUsage) -> None:
+        def record(self, *runs: RunUsage) -> None:
             raise StoreUnavailable("the memory store is unavailable: disk full")
 
     client = make_client(**chat_sections())
@@ -169,6 +170,46 @@ def test_a_lost_record_never_fails_the_chat(
     counted = 'kvmem_errors_total{code="usage_record_failed"} 1.0'
     wait_until(lambda: counted in client.get("/metrics").text, what="the lost record counted")
     assert "agent run usage not recorded: user=local" in caplog.text
+
+
+def test_records_of_runs_ending_together_share_one_write_and_close_writes_the_rest() -> None:
+    written: list[list[str]] = []
+    lost: list[tuple[list[str], str]] = []
+
+    def write(runs: Sequence[RunUsage]) -> None:
+        if any(run.user_id == "broken" for run in runs):
+            raise StoreUnavailable("disk full")
+        written.append([run.user_id for run in runs])
+
+    async def scenario() -> None:
+        batches = RecordBatches(write, lambda runs, exc: lost.append(
+            ([run.user_id for run in runs], str(exc))))
+        for user in ("a", "b", "c"):
+            batches.add(past_run(user, noon(0), (1, 1)))
+        assert batches.unwritten == 3
+        assert batches.unwritten_tokens("a", day_start(utcnow())) == 2
+        assert batches.unwritten_tokens("a", utcnow() + timedelta(seconds=1)) == 0
+        while batches.unwritten:
+            await asyncio.sleep(0.01)
+        assert written == [["a", "b", "c"]]
+        # A full batch goes at once; at shutdown, what waits is written without waiting.
+        for index in range(MAX_BATCH + 1):
+            batches.add(past_run(f"u{index}", noon(0), (1, 1)))
+        batches.add(past_run("broken", noon(0), (1, 1)))
+        await batches.close()
+        assert batches.unwritten == 0
+
+    asyncio.run(scenario())
+    assert [len(batch) for batch in written] == [3, MAX_BATCH]
+    assert lost == [(["u256", "broken"], "disk full")]
+
+
+def test_a_batch_of_records_is_stored_in_one_transaction(database: Database) -> None:
+    usage = UsageStore(database)
+    usage.record(*(past_run(user, noon(0), (10, 1)) for user in ("bob", "alice", "bob")))
+    assert [(r["user_id"], r["input_tokens"]) for r in records(database)] == [
+        ("bob", 10), ("alice", 10), ("bob", 10)]
+    assert usage.tokens_today("bob", utcnow()) == 22
 
 
 # -- GET /usage ----------------------------------------------------------------------------------
