@@ -49,8 +49,6 @@ _ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
 _ESCAPES.update({c: _json_escape(c) for c in _INVISIBLE if c not in _ESCAPES})
 
 
-
-
 def _character_class(codes: Sequence[int]) -> str:
     """A regex character class of `codes`, as ranges: a class that lists each character
     above U+FFFF one by one is searched character by character against all of them (20
