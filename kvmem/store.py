@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from kvmem.db import Database
@@ -122,6 +122,32 @@ _BUMP = (
     update(User)
     .where(User.id == bindparam("user_id"))
     .values(memory_version=User.memory_version + 1)
+)
+# The write path's statements, built once and run on the session's connection as Core
+# statements: the ORM's unit of work, identity map and bulk-update synchronization cost more
+# than the SQL itself, and every write holds the writer lock (SQLite) while it runs them.
+_ROW = select(
+    MemoryEntry.id,
+    MemoryEntry.key,
+    MemoryEntry.value,
+    MemoryEntry.token_count,
+    MemoryEntry.source,
+    MemoryEntry.created_at,
+    MemoryEntry.updated_at,
+).where(MemoryEntry.user_id == bindparam("user_id"), MemoryEntry.key == bindparam("key"))
+_TOTAL = select(func.coalesce(func.sum(MemoryEntry.token_count), 0)).where(
+    MemoryEntry.user_id == bindparam("user_id")
+)
+_INSERT_ENTRY = insert(MemoryEntry)
+_REPLACE_ENTRY = (
+    update(MemoryEntry)
+    .where(MemoryEntry.id == bindparam("entry_id"))
+    .values(
+        value=bindparam("value"),
+        token_count=bindparam("token_count"),
+        source=bindparam("source"),
+        updated_at=bindparam("updated_at"),
+    )
 )
 
 
@@ -270,22 +296,34 @@ class MemoryStore:
         conversation_id: str | None,
     ) -> Written:
         """`set` inside a transaction that holds the user's lock (the value already clean)."""
-        row = _find(session, user_id, key)
-        total = _total(session, user_id)
+        connection = session.connection()
+        row = connection.execute(_ROW, {"user_id": user_id, "key": key}).first()
+        total = connection.execute(_TOTAL, {"user_id": user_id}).scalar_one()
         if row is not None and row.value == value:
-            return Written(entry=_entry(row), created=False, total_tokens=total)
+            return Written(entry=Entry(*row[1:]), created=False, total_tokens=total)
         replaced = row.token_count if row else 0
         self._check_limit(total, tokens, replaced=replaced)
-        old_value = row.value if row else None
-        row, created = _upsert(session, row, user_id, key, value, tokens, source)
+        now = utcnow()
+        if row is None:
+            entry = Entry(key, value, tokens, source, now, now)
+            connection.execute(_INSERT_ENTRY, {
+                "user_id": user_id, "key": key, "value": value, "token_count": tokens,
+                "source": source, "created_at": now, "updated_at": now,
+            })
+        else:
+            entry = Entry(key, value, tokens, source, row.created_at, now)
+            connection.execute(_REPLACE_ENTRY, {
+                "entry_id": row.id, "value": value, "token_count": tokens, "source": source,
+                "updated_at": now,
+            })
         change_id = self._record(
-            session, user_id, key, "set", old_value, value, source, conversation_id
+            session, user_id, key, "set", row.value if row else None, value, source,
+            conversation_id,
         )
-        session.execute(_BUMP, {"user_id": user_id})
-        session.flush()
+        connection.execute(_BUMP, {"user_id": user_id})
         return Written(
-            entry=_entry(row),
-            created=created,
+            entry=entry,
+            created=row is None,
             total_tokens=total - replaced + tokens,
             change_id=change_id,
         )
