@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from kvmem.db import Database
@@ -245,10 +246,10 @@ class MemoryStore:
         self.rules.check_key(key)
         value = self.rules.clean_value(value)
         tokens = self.tokens.count(value)
-        with self.database.writing() as session:
-            self.database.lock_user(session, user_id)
+        with self.database.writing_connection() as connection:
+            self.database.lock_user(connection, user_id)
             written = self._set_locked(
-                session, user_id, key, value, tokens, source, conversation_id
+                connection, user_id, key, value, tokens, source, conversation_id
             )
             if guard is not None:
                 guard()
@@ -287,7 +288,7 @@ class MemoryStore:
 
     def _set_locked(
         self,
-        session: Session,
+        connection: Connection,
         user_id: str,
         key: str,
         value: str,
@@ -296,7 +297,6 @@ class MemoryStore:
         conversation_id: str | None,
     ) -> Written:
         """`set` inside a transaction that holds the user's lock (the value already clean)."""
-        connection = session.connection()
         row = connection.execute(_ROW, {"user_id": user_id, "key": key}).first()
         total = connection.execute(_TOTAL, {"user_id": user_id}).scalar_one()
         if row is not None and row.value == value:
@@ -317,7 +317,7 @@ class MemoryStore:
                 "updated_at": now,
             })
         change_id = self._record(
-            session, user_id, key, "set", row.value if row else None, value, source,
+            connection, user_id, key, "set", row.value if row else None, value, source,
             conversation_id,
         )
         connection.execute(_BUMP, {"user_id": user_id})
@@ -340,7 +340,8 @@ class MemoryStore:
         entry = _entry(row)
         session.delete(row)
         change_id = self._record(
-            session, user_id, row.key, "delete", row.value, None, source, conversation_id
+            session.connection(), user_id, row.key, "delete", row.value, None, source,
+            conversation_id,
         )
         session.execute(_BUMP, {"user_id": user_id})
         session.flush()
@@ -348,7 +349,7 @@ class MemoryStore:
 
     def _record(
         self,
-        session: Session,
+        connection: Connection,
         user_id: str,
         key: str,
         op: Literal["set", "delete"],
@@ -358,9 +359,9 @@ class MemoryStore:
         conversation_id: str | None,
     ) -> int | None:
         """Record a change and drop the user's expired ones, in the write's transaction."""
-        self.history_log.prune(session, user_id)
+        self.history_log.prune(connection, user_id)
         return self.history_log.record(
-            session, user_id, key, op, old_value, new_value, source, conversation_id
+            connection, user_id, key, op, old_value, new_value, source, conversation_id
         )
 
     def import_document(
@@ -497,8 +498,8 @@ class MemoryStore:
                 self.rules.check_key(key)
                 value = self.rules.clean_value(target.new_value)
                 written = self._set_locked(
-                    session, user_id, key, value, self.tokens.count(value), "revert",
-                    conversation_id,
+                    session.connection(), user_id, key, value, self.tokens.count(value),
+                    "revert", conversation_id,
                 )
                 return Reverted(written.entry, written.total_tokens, written.change_id)
             row = _find(session, user_id, key)
