@@ -14,10 +14,10 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, insert, select, text
+from sqlalchemy import bindparam, create_engine, event, insert, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import (
     InterfaceError,
     InternalError,
@@ -35,6 +35,11 @@ _WRITE = "kvmem_write"
 LOCK_USER_ATTEMPTS = 20
 # PostgreSQL: undefined_table, undefined_column, read_only_sql_transaction.
 _UNAVAILABLE_STATES = {"42P01", "42703", "25006"}
+# `lock_user`'s statements, built once (every write runs them).
+_NEW_USER = {"id": bindparam("id"), "created_at": bindparam("created_at")}
+_SQLITE_ADD_USER = sqlite_insert(User).values(_NEW_USER).on_conflict_do_nothing()
+_PG_ADD_USER = pg_insert(User).values(_NEW_USER).on_conflict_do_nothing()
+_PG_LOCK_USER = select(User.id).where(User.id == bindparam("id")).with_for_update()
 
 
 def create_db_engine(config: DatabaseConfig) -> Engine:
@@ -87,9 +92,8 @@ class Database:
         self.engine = engine
         self.dialect = engine.dialect.name
         self._read = sessionmaker(engine, expire_on_commit=False)
-        self._write = sessionmaker(
-            engine.execution_options(**{_WRITE: True}), expire_on_commit=False
-        )
+        self._write_engine = engine.execution_options(**{_WRITE: True})
+        self._write = sessionmaker(self._write_engine, expire_on_commit=False)
         self._writer_lock: AbstractContextManager[Any] = (
             threading.Lock() if self.dialect == "sqlite" else nullcontext()
         )
@@ -117,27 +121,36 @@ class Database:
             with session.begin():
                 yield session
 
-    def lock_user(self, session: Session, user_id: str) -> None:
+    @contextmanager
+    def writing_connection(self) -> Iterator[Connection]:
+        """A write transaction as `writing`, on a bare connection: no ORM session around it,
+        for the hottest write path (`MemoryStore.set`), whose statements are all Core."""
+        with self._writer_lock, self._translate_errors(), self._write_engine.begin() as connection:
+            yield connection
+
+    def lock_user(self, session: Session | Connection, user_id: str) -> None:
         """Create the user's row if missing and hold it locked until the transaction ends.
 
         On SQLite the `BEGIN IMMEDIATE` of every write transaction already serializes writers;
         on PostgreSQL the row lock serializes one user's writers across processes.
         """
         values = {"id": user_id, "created_at": utcnow()}
+        connection = session if isinstance(session, Connection) else session.connection()
         if self.dialect == "sqlite":
-            session.execute(sqlite_insert(User).values(values).on_conflict_do_nothing())
+            connection.execute(_SQLITE_ADD_USER, values)
         elif self.dialect == "postgresql":
             # A user being erased (DELETE /me) still has its row when the insert looks, and
             # no longer when the lock is granted: then insert again, now that it is gone
             # (again, if another erasure got the lock first: erasures are rare, this is bound).
             for _attempt in range(LOCK_USER_ATTEMPTS):
-                session.execute(pg_insert(User).values(values).on_conflict_do_nothing())
-                locked = select(User.id).where(User.id == user_id).with_for_update()
-                if session.execute(locked).first() is not None:
+                connection.execute(_PG_ADD_USER, values)
+                if connection.execute(_PG_LOCK_USER, {"id": user_id}).first() is not None:
                     return
             raise StoreUnavailable(f"could not lock user {user_id!r}: it keeps being erased")
-        elif session.get(User, user_id, with_for_update=True) is None:
-            session.execute(insert(User).values(values))
+        elif connection.execute(
+            select(User.id).where(User.id == user_id).with_for_update()
+        ).first() is None:
+            connection.execute(insert(User).values(values))
 
     @contextmanager
     def _translate_errors(self) -> Iterator[None]:

@@ -1,6 +1,6 @@
 """The change log of memory entries (`memory_changes`): recording, retention and reading.
 
-`ChangeLog` works inside a session that `MemoryStore` opened, so a change is recorded in the
+`ChangeLog` works inside a session (or connection) that `MemoryStore` opened, so a change is recorded in the
 same transaction as the write it describes and the two commit or roll back together. It
 knows nothing of HTTP. Every query is scoped by user.
 
@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import delete, insert, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from kvmem.tables import MemoryChange, utcnow
@@ -37,7 +38,9 @@ NEVER = datetime.max.replace(tzinfo=UTC)
 
 def iso(moment: datetime) -> str:
     """`moment` as ISO 8601 in UTC with a `Z` suffix."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat is several times faster than strftime; the zone is dropped, not converted,
+    # as strftime's format did (every stored time is UTC already).
+    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ class ChangeLog:
 
     def record(
         self,
-        session: Session,
+        connection: Connection,
         user_id: str,
         key: str,
         op: Op,
@@ -122,11 +125,11 @@ class ChangeLog:
         source: str,
         conversation_id: str | None,
     ) -> int | None:
-        """Record one change in the session's transaction; its id (None when not kept)."""
+        """Record one change in the connection's transaction; its id (None when not kept)."""
         if not self.enabled:
             return None
         # One prebuilt statement with bound values: no construct to build and key per write.
-        result = session.connection().execute(
+        result = connection.execute(
             _INSERT,
             {
                 "user_id": user_id,
@@ -152,7 +155,7 @@ class ChangeLog:
         ]
         session.execute(insert(MemoryChange), rows)
 
-    def prune(self, session: Session, user_id: str) -> int:
+    def prune(self, session: Session | Connection, user_id: str) -> int:
         """Delete the user's expired changes; how many. Free until one can have expired."""
         now = utcnow()
         with self._lock:

@@ -50,7 +50,9 @@ async def user_of(request: Request, body_user: str | None = None) -> str:
     """The id of the user this request acts for (see `Authenticator.identify`)."""
     auth = services_of(request).auth
     session_ok = accepts_session(request.url.path)
-    if auth.needs_lookup:
+    # A service key names its user in a header: only user keys and session tokens are looked
+    # up in the database, so only they are worth a trip to a thread.
+    if auth.needs_lookup and not auth.holds_service_key(request.headers):
         return await run_in_threadpool(
             lambda: auth.identify(request.headers, body_user, session_ok=session_ok)
         )

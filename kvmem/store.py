@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from kvmem.db import Database
@@ -123,6 +124,32 @@ _BUMP = (
     .where(User.id == bindparam("user_id"))
     .values(memory_version=User.memory_version + 1)
 )
+# The write path's statements, built once and run on the session's connection as Core
+# statements: the ORM's unit of work, identity map and bulk-update synchronization cost more
+# than the SQL itself, and every write holds the writer lock (SQLite) while it runs them.
+_ROW = select(
+    MemoryEntry.id,
+    MemoryEntry.key,
+    MemoryEntry.value,
+    MemoryEntry.token_count,
+    MemoryEntry.source,
+    MemoryEntry.created_at,
+    MemoryEntry.updated_at,
+).where(MemoryEntry.user_id == bindparam("user_id"), MemoryEntry.key == bindparam("key"))
+_TOTAL = select(func.coalesce(func.sum(MemoryEntry.token_count), 0)).where(
+    MemoryEntry.user_id == bindparam("user_id")
+)
+_INSERT_ENTRY = insert(MemoryEntry)
+_REPLACE_ENTRY = (
+    update(MemoryEntry)
+    .where(MemoryEntry.id == bindparam("entry_id"))
+    .values(
+        value=bindparam("value"),
+        token_count=bindparam("token_count"),
+        source=bindparam("source"),
+        updated_at=bindparam("updated_at"),
+    )
+)
 
 
 # A user row's memory version, with its creation time: a user erased and seen again starts
@@ -219,10 +246,10 @@ class MemoryStore:
         self.rules.check_key(key)
         value = self.rules.clean_value(value)
         tokens = self.tokens.count(value)
-        with self.database.writing() as session:
-            self.database.lock_user(session, user_id)
+        with self.database.writing_connection() as connection:
+            self.database.lock_user(connection, user_id)
             written = self._set_locked(
-                session, user_id, key, value, tokens, source, conversation_id
+                connection, user_id, key, value, tokens, source, conversation_id
             )
             if guard is not None:
                 guard()
@@ -261,7 +288,7 @@ class MemoryStore:
 
     def _set_locked(
         self,
-        session: Session,
+        connection: Connection,
         user_id: str,
         key: str,
         value: str,
@@ -270,22 +297,33 @@ class MemoryStore:
         conversation_id: str | None,
     ) -> Written:
         """`set` inside a transaction that holds the user's lock (the value already clean)."""
-        row = _find(session, user_id, key)
-        total = _total(session, user_id)
+        row = connection.execute(_ROW, {"user_id": user_id, "key": key}).first()
+        total = connection.execute(_TOTAL, {"user_id": user_id}).scalar_one()
         if row is not None and row.value == value:
-            return Written(entry=_entry(row), created=False, total_tokens=total)
+            return Written(entry=Entry(*row[1:]), created=False, total_tokens=total)
         replaced = row.token_count if row else 0
         self._check_limit(total, tokens, replaced=replaced)
-        old_value = row.value if row else None
-        row, created = _upsert(session, row, user_id, key, value, tokens, source)
+        now = utcnow()
+        if row is None:
+            entry = Entry(key, value, tokens, source, now, now)
+            connection.execute(_INSERT_ENTRY, {
+                "user_id": user_id, "key": key, "value": value, "token_count": tokens,
+                "source": source, "created_at": now, "updated_at": now,
+            })
+        else:
+            entry = Entry(key, value, tokens, source, row.created_at, now)
+            connection.execute(_REPLACE_ENTRY, {
+                "entry_id": row.id, "value": value, "token_count": tokens, "source": source,
+                "updated_at": now,
+            })
         change_id = self._record(
-            session, user_id, key, "set", old_value, value, source, conversation_id
+            connection, user_id, key, "set", row.value if row else None, value, source,
+            conversation_id,
         )
-        session.execute(_BUMP, {"user_id": user_id})
-        session.flush()
+        connection.execute(_BUMP, {"user_id": user_id})
         return Written(
-            entry=_entry(row),
-            created=created,
+            entry=entry,
+            created=row is None,
             total_tokens=total - replaced + tokens,
             change_id=change_id,
         )
@@ -302,7 +340,8 @@ class MemoryStore:
         entry = _entry(row)
         session.delete(row)
         change_id = self._record(
-            session, user_id, row.key, "delete", row.value, None, source, conversation_id
+            session.connection(), user_id, row.key, "delete", row.value, None, source,
+            conversation_id,
         )
         session.execute(_BUMP, {"user_id": user_id})
         session.flush()
@@ -310,7 +349,7 @@ class MemoryStore:
 
     def _record(
         self,
-        session: Session,
+        connection: Connection,
         user_id: str,
         key: str,
         op: Literal["set", "delete"],
@@ -320,9 +359,9 @@ class MemoryStore:
         conversation_id: str | None,
     ) -> int | None:
         """Record a change and drop the user's expired ones, in the write's transaction."""
-        self.history_log.prune(session, user_id)
+        self.history_log.prune(connection, user_id)
         return self.history_log.record(
-            session, user_id, key, op, old_value, new_value, source, conversation_id
+            connection, user_id, key, op, old_value, new_value, source, conversation_id
         )
 
     def import_document(
@@ -459,8 +498,8 @@ class MemoryStore:
                 self.rules.check_key(key)
                 value = self.rules.clean_value(target.new_value)
                 written = self._set_locked(
-                    session, user_id, key, value, self.tokens.count(value), "revert",
-                    conversation_id,
+                    session.connection(), user_id, key, value, self.tokens.count(value),
+                    "revert", conversation_id,
                 )
                 return Reverted(written.entry, written.total_tokens, written.change_id)
             row = _find(session, user_id, key)

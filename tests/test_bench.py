@@ -44,6 +44,8 @@ def test_quick_benchmark_runs_every_section(tmp_path: Path) -> None:
     results = json.loads((out / "results.json").read_text())
     assert set(results["sections"]) == SECTIONS
     assert all(results["sections"][name] for name in SECTIONS)
+    users = results["sections"]["writes"]["sqlite"]["50_users"]
+    assert (users["users"], users["errors"], users["n"] > 0) == (50, 0, True)
     assert {check["result"] for check in results["targets"]} <= {"PASS", "MISS"}
     assert (out / "latency.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert "## Targets" in output

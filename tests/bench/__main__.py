@@ -1,9 +1,10 @@
 """`python -m tests.bench [--quick] [--out DIR]`: measure kvmem beside the model.
 
-Starts on 127.0.0.1 a scripted upstream, six kvmem instances (agent off, agent on, agent
-that hangs; history kept and not kept; the litellm path) and the LiteLLM proxy, measures
-every section, prints a markdown table per section and the target checks (PASS/MISS), and
-writes results.json, results.md and latency.png to the results folder. Exits 0 when every section ran, whatever the numbers.
+Starts on 127.0.0.1 a scripted upstream, seven kvmem instances (agent off, agent on, agent
+that hangs; history kept and not kept; the litellm path; `auth.mode: keys` for many users'
+writes) and the LiteLLM proxy, measures every section, prints a markdown table per section
+and the target checks (PASS/MISS), and writes results.json, results.md and latency.png to
+the results folder. Exits 0 when every section ran, whatever the numbers.
 """
 
 from __future__ import annotations
@@ -29,7 +30,15 @@ from typing import Any
 import psutil
 import uvloop
 
-from tests.bench import agent_bound, footprint, latency, memory_path, report, writes
+from tests.bench import (
+    agent_bound,
+    footprint,
+    latency,
+    memory_path,
+    report,
+    writes,
+    writes_users,
+)
 from tests.bench.latency import Target
 from tests.bench.load import JSON_HEADERS, seed, session
 from tests.bench.memory_path import memory_items
@@ -159,10 +168,13 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
                 name, upstream, None, memory_extra={"history": {"keep_days": days}}))
             for name, days in (("kvmem_history_on", 90), ("kvmem_history_off", 0))
         }
+        # And one in `auth.mode: keys`, whose service key names a different user per writer.
+        users = servers.kvmem("kvmem_users", *servers.kvmem_config(
+            "kvmem_users", upstream, None, auth=writes_users.KEYS_AUTH))
         proxy = servers.litellm_proxy(upstream)
-        step("starting the upstream, 6 kvmem instances and the LiteLLM proxy")
+        step("starting the upstream, 7 kvmem instances and the LiteLLM proxy")
         upstream.wait_ready(30)
-        for server in [*kvmem.values(), *history.values(), litellm_path]:
+        for server in [*kvmem.values(), *history.values(), litellm_path, users]:
             server.wait_ready(90)
         proxy.wait_ready(180)
         proxy_ready = proxy.ready_seconds
@@ -204,6 +216,9 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
         step("section 4: memory writes")
         sections["writes"] = {"sqlite": await write_rounds(kvmem["kvmem_off"].url, plan),
                               "postgresql": None}
+        sections["writes"]["sqlite"]["50_users"] = await writes.measure_users(
+            users.url, 50, plan.writes_per_writer, 120, writes_users.SERVICE_KEY)
+        servers.stop(users)
         step("section 4: the cost of recording history (keep_days 90 vs 0, interleaved)")
         sections["writes"]["history"] = await history_rounds(servers, history, plan)
         admin_url = os.environ.get(POSTGRES_ENV)

@@ -222,8 +222,10 @@ class Fleet:
     def kvmem_config(self, name: str, upstream: Server, agent: AgentSpec | None,
                      database_url: str | None = None,
                      memory_extra: dict[str, Any] | None = None,
-                     chat_model: str = MAIN_MODEL) -> tuple[Path, int]:
-        """Write `<name>.yaml` for a kvmem instance; (its path, its port)."""
+                     chat_model: str = MAIN_MODEL,
+                     auth: dict[str, Any] | None = None) -> tuple[Path, int]:
+        """Write `<name>.yaml` for a kvmem instance; (its path, its port). `auth` replaces
+        the `auth` section (default `mode: local`)."""
         port = free_port()
         memory: dict[str, Any] = {"tokenLimit": 20000, **(memory_extra or {})}
         if agent is not None:
@@ -235,7 +237,7 @@ class Fleet:
         config = {
             "server": {"host": HOST, "port": port},
             "database": {"url": database_url or f"sqlite:///{self.workdir / (name + '.db')}"},
-            "auth": {"mode": "local"},
+            "auth": auth or {"mode": "local"},
             "chat": {"model": chat_model, "api_base": upstream_base(upstream, chat_model),
                      "api_key": API_KEY, "timeout": 30,
                      "client": os.environ.get(CHAT_CLIENT_ENV) or "auto"},
@@ -245,11 +247,12 @@ class Fleet:
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path, port
 
-    def kvmem(self, name: str, config: Path, port: int) -> Server:
-        """`kvmem serve --config <config>` (it migrates the database first)."""
+    def kvmem(self, name: str, config: Path, port: int, command: str | None = None) -> Server:
+        """`kvmem serve --config <config>` (it migrates the database first); `command` is
+        another installation's `kvmem` script (default: the one beside this Python)."""
         return self.spawn(
-            name, [*tool("kvmem"), "serve", "--config", str(config)], port, "/healthz",
-            config=config,
+            name, [*([command] if command else tool("kvmem")), "serve", "--config", str(config)],
+            port, "/healthz", config=config,
         )
 
     def litellm_proxy(self, upstream: Server) -> Server:

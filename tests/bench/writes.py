@@ -1,5 +1,6 @@
-"""Section 4: memory writes through the REST API, one writer and many at once; and what
-recording each write's history costs (`history_cost`: the same writes against a server with
+"""Section 4: memory writes through the REST API, one writer and many at once (for one user,
+and `measure_users`: each writer for its own user); and what recording each write's history
+costs (`history_cost`: the same writes against a server with
 `memory.history.keep_days: 0` and one with the default 90, rounds interleaved)."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +35,25 @@ async def measure(base_url: str, writers: int, per_writer: int, seconds: float,
     return row
 
 
-async def _measure(base_url: str, writers: int, per_writer: int, seconds: float,
-                   tag: str) -> tuple[dict[str, Any], list[float]]:
+def user_headers(service_key: str, number: int) -> dict[str, str]:
+    """The headers of writer `number` of `measure_users`: a service key naming its own user."""
+    return {**JSON_HEADERS, "Authorization": f"Bearer {service_key}",
+            "X-User-Id": f"bench_user_{number:02d}"}
+
+
+async def measure_users(base_url: str, users: int, per_user: int, seconds: float,
+                        service_key: str, tag: str = "") -> dict[str, Any]:
+    """As `measure`, but each of the `users` writers acts for a user of its own (the server in
+    `auth.mode: keys`, `service_key` one of its service keys, the user in `X-User-Id`): one
+    user's writes take turns by design, different users' need not."""
+    row, _ = await _measure(base_url, users, per_user, seconds, tag,
+                            headers=lambda number: user_headers(service_key, number))
+    return {**row, "users": users}
+
+
+async def _measure(base_url: str, writers: int, per_writer: int, seconds: float, tag: str,
+                   headers: Callable[[int], dict[str, str]] = lambda _number: JSON_HEADERS,
+                   ) -> tuple[dict[str, Any], list[float]]:
     latencies: list[float] = []
     errors = 0
     samples: list[str] = []
@@ -42,13 +61,14 @@ async def _measure(base_url: str, writers: int, per_writer: int, seconds: float,
 
         async def writer(number: int) -> None:
             nonlocal errors
+            sent = headers(number)
             for index in range(per_writer):
                 key = f"bench_w{number:02d}_{index % KEYS_PER_WRITER}"
                 body = json.dumps({"value": f"Writer {number} wrote value {index}{tag}."}).encode()
                 started = time.perf_counter()
                 try:
                     async with client.put(f"{base_url}/memory/{key}", data=body,
-                                          headers=JSON_HEADERS) as response:
+                                          headers=sent) as response:
                         payload = await response.read()
                         status = response.status
                 except (TimeoutError, aiohttp.ClientError) as exc:
