@@ -128,8 +128,8 @@ def markdown(results: dict[str, Any]) -> str:
             continue
         for row in by_writers.values():
             users = row.get("users", 1)
-            rows.append([backend, row["writers"], f"{users} ({'one each' if users > 1 else 'shared'})",
-                         row["n"], row["puts_per_s"], row["p50_ms"], row["p99_ms"], row["errors"]])
+            who = f"{users} (one each)" if users > 1 else "1 (shared)"
+            rows.append([backend, row["writers"], who, row["n"], row["puts_per_s"], row["p50_ms"], row["p99_ms"], row["errors"]])
     out += ["", "## 4. Memory writes: REST PUT /memory/{key}", "",
             table(["database", "writers", "users", "PUTs", "PUTs/s", "p50 ms", "p99 ms",
                    "errors"], rows)]
