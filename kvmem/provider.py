@@ -48,6 +48,8 @@ class Target:
 
     def headers_for(self, user_id: str) -> dict[str, str]:
         """The headers with `{{LIBRECHAT_USER_ID}}`/`{{KVMEM_USER_ID}}` set to the user."""
+        if not self.headers:  # the common case, on every model call
+            return {}
 
         def fill(match: re.Match[str]) -> str:
             return user_id if match.group(1) in ("LIBRECHAT_USER_ID", "KVMEM_USER_ID") else ""
