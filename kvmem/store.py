@@ -154,7 +154,8 @@ _REPLACE_ENTRY = (
 
 # A user row's memory version, with its creation time: a user erased and seen again starts
 # at version 0 anew, so the version alone could match entries cached before the erasure.
-Version = tuple[datetime, int]
+# (On SQLite the creation time is the stored text: it is only compared.)
+Version = tuple[datetime | str, int]
 
 
 class EntryCache:
@@ -199,12 +200,23 @@ class MemoryStore:
         self.tokens = tokens
         self.history_log = ChangeLog(keep_days)
         self._cache = EntryCache()
+        if database.dialect == "sqlite":
+            dialect = database.engine.dialect
+            self._sqlite_reads = (
+                str(_USER_STATE.compile(dialect=dialect)),
+                str(_SNAPSHOT.compile(dialect=dialect)),
+                # What SQLAlchemy would make of each column (text to datetime, say).
+                [column.type.dialect_impl(dialect).result_processor(dialect, None)
+                 for column in _SNAPSHOT.selected_columns],
+            )
 
     def snapshot(self, user_id: str) -> Snapshot:
         """The user's entries, oldest first, and whether they want memory used."""
         # This read is on every chat request's path: one small row tells whether the entries
         # read before are still current; only when they are not are they read again (as
         # plain column rows, not ORM objects).
+        if self.database.dialect == "sqlite":
+            return self._sqlite_snapshot(user_id)
         with self.database.reading() as session:
             connection = session.connection()
             user = connection.execute(_USER_STATE, {"user_id": user_id}).first()
@@ -217,6 +229,25 @@ class MemoryStore:
                 entries = tuple(Entry(*row) for row in rows)
                 self._cache.put(user_id, version, entries)
         return Snapshot(entries=entries, memories_enabled=user.memories_enabled)
+
+    def _sqlite_snapshot(self, user_id: str) -> Snapshot:
+        """`snapshot` on SQLite's own connection (see `Database.reading_cursor`)."""
+        user_state, snapshot, processors = self._sqlite_reads
+        with self.database.reading_cursor() as cursor:
+            user = cursor.execute(user_state, (user_id,)).fetchone()
+            if user is None:
+                return Snapshot(entries=(), memories_enabled=True)
+            memories_enabled, memory_version, created_at = user
+            version = (created_at, memory_version)
+            entries = self._cache.get(user_id, version)
+            if entries is None:
+                entries = tuple(
+                    Entry(*(process(value) if process else value
+                            for process, value in zip(processors, row, strict=True)))
+                    for row in cursor.execute(snapshot, (user_id,)).fetchall()
+                )
+                self._cache.put(user_id, version, entries)
+        return Snapshot(entries=entries, memories_enabled=bool(memories_enabled))
 
     def get(self, user_id: str, key: str) -> Entry:
         """The entry at `key`, or `NotFound`."""
