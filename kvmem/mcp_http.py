@@ -53,6 +53,8 @@ class McpTransport:
 
     async def http(self) -> McpHttp:
         """The running transport, started now if no request has started it yet."""
+        if self._http is not None:
+            return self._http
         async with self._starting:
             if self._http is None:
                 if self._tasks is None:
