@@ -22,7 +22,7 @@ from kvmem.conversations import ConversationStore
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import KvmemError, MethodNotAllowed, NotFound, openai_error_body
-from kvmem.mcp_server import McpEndpoint, McpHttp
+from kvmem.mcp_http import McpEndpoint, McpTransport
 from kvmem.metrics import Metrics, MetricsMiddleware
 from kvmem.provider import ModelClient, agent_target, chat_target
 from kvmem.retention import sweep_history
@@ -37,7 +37,7 @@ from kvmem.usage import UsageStore
 
 log = logging.getLogger("kvmem")
 
-MCP_STATE = "mcp"  # the lifespan state key of the running MCP transport
+MCP_STATE = "mcp"  # the lifespan state key of the MCP transport
 
 
 def build_services(
@@ -101,11 +101,11 @@ def create_app(
         services = build_services(
             config, database=database, tokens=tokens, client=client, metrics=metrics
         )
-        mcp = McpHttp(services)
+        mcp = McpTransport(services)
         sweep = asyncio.create_task(sweep_history(services.store), name="kvmem-history-sweep")
         try:
-            # The MCP transport's task group lives as long as the app; it ends first, so no
-            # MCP call is still writing while the rest shuts down.
+            # The MCP transport (started by the first /mcp request) lives as long as the app;
+            # it ends first, so no MCP call is still writing while the rest shuts down.
             async with mcp.running():
                 yield {"services": services, MCP_STATE: mcp}
         finally:

@@ -2,9 +2,11 @@
 read and write the same memory: tools `memory_list`, `memory_get`, `memory_set`,
 `memory_delete`, `memory_history`, and the resource `memory://block`.
 
-The one module that imports the `mcp` SDK. It serves the SDK's low-level `Server` over two
+The one module that imports the `mcp` SDK, itself imported only when first needed (`kvmem
+mcp`, or the first request to `/mcp`). It serves the SDK's low-level `Server` over two
 transports: stdio (`kvmem mcp`, acting for one user) and streamable HTTP at `/mcp` (each
-request acting for the user kvmem's auth finds in its headers, as on every other route).
+request acting for the user kvmem's auth finds in its headers, as on every other route;
+`mcp_http.py` mounts it).
 Writes go through `MemoryStore` with source `mcp`, so every rule holds without new code;
 a refused write is an error result whose text is what the memory agent is told.
 """
@@ -16,7 +18,6 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio.to_thread
 import mcp_types as types
@@ -25,14 +26,12 @@ from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.requests import Request
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from kvmem.agent_tools import KEY_DESCRIPTION, refusal_message, tool_schema
-from kvmem.bodies import read_body
-from kvmem.errors import BadRequest, Forbidden, KvmemError, MethodNotAllowed, NotFound
+from kvmem.errors import KvmemError, NotFound
 from kvmem.overview import memory_overview
-from kvmem.services import Services, user_of
+from kvmem.services import Services
 
 log = logging.getLogger("kvmem.mcp")
 
@@ -282,8 +281,8 @@ async def serve_stdio(services: Services, user_id: str) -> None:
 
 
 class McpHttp:
-    """`/mcp`: refuses other sites' pages, authenticates as every route does, then hands the
-    request to the SDK's streamable HTTP transport.
+    """The SDK's streamable HTTP transport over kvmem's MCP server (`mcp_http.py` mounts it at
+    `/mcp`, after refusing other sites' pages and authenticating as every route does).
 
     Stateless JSON mode: each POST carries its own credentials and is served on its own, so
     there is no session that another credential could ride on, and replicas need nothing
@@ -291,7 +290,6 @@ class McpHttp:
     """
 
     def __init__(self, services: Services) -> None:
-        self.max_body_bytes = services.config.server.max_body_bytes
         self.sessions = StreamableHTTPSessionManager(
             app=MemoryMcp(services).server(),
             json_response=True,
@@ -301,76 +299,11 @@ class McpHttp:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Run the transport's task group (the app's lifespan holds it)."""
+        """Run the transport's task group."""
         async with self.sessions.run():
             yield
 
-
-class McpEndpoint:
-    """The ASGI app mounted at `/mcp`; finds the running `McpHttp` in the lifespan state."""
-
-    def __init__(self, state_key: str) -> None:
-        self.state_key = state_key
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
-        check_origin(request)
-        if request.method != "POST":
-            # Stateless: no session to end (DELETE) and no server-sent stream to open (GET),
-            # which the transport answers with 405 too.
-            raise MethodNotAllowed(f"{request.method} is not allowed on /mcp: send JSON-RPC by POST")
-        content_type = request.headers.get("content-type", "")
-        if not content_type.lower().startswith("application/json"):
-            raise BadRequest("POST /mcp takes a JSON-RPC message: send Content-Type: application/json")
-        user = await user_of(request)
-        transport: McpHttp = scope["state"][self.state_key]
-        # Read here, within server.max_body_bytes, so that an oversized body gets kvmem's
-        # 413; the transport then reads the same bytes.
-        body = await read_body(request, transport.max_body_bytes)
+    async def handle(self, scope: Scope, receive: Receive, send: Send, *, user: str) -> None:
+        """Serve one `/mcp` request, acting for `user` (whom kvmem's auth found)."""
         scope[USER_SCOPE_KEY] = user
-        await transport.sessions.handle_request(scope, _replay(body, receive), send)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A `receive` that gives `body` (already read) first, then what the client sends next
-    (its disconnect)."""
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
-
-
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def check_origin(request: Request) -> None:
-    """Refuse (403) a request whose `Origin` names another site than the one it was sent to:
-    a page elsewhere must not drive a local MCP server (DNS rebinding). No `Origin` (any
-    non-browser client) is fine."""
-    origin = request.headers.get("origin")
-    if origin is None:
-        return
-    if not _same_site(origin, request.headers.get("host", "")):
-        raise Forbidden(f"requests from other sites are refused on /mcp (Origin: {origin[:200]})")
-
-
-def _same_site(origin: str, host: str) -> bool:
-    try:
-        sent_from = urlsplit(origin)
-        sent_to = urlsplit(f"//{host}")
-        default = DEFAULT_PORTS.get(sent_from.scheme)
-        return (
-            default is not None
-            and sent_from.hostname is not None
-            and sent_from.hostname == sent_to.hostname
-            and (sent_from.port or default) == (sent_to.port or default)
-        )
-    except ValueError:  # a malformed port or bracket
-        return False
-
+        await self.sessions.handle_request(scope, receive, send)

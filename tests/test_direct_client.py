@@ -232,6 +232,7 @@ def test_the_price_map_is_read_without_litellm() -> None:
 
 
 def test_a_direct_only_server_never_imports_litellm(database: Any, database_url: str) -> None:
+    """Nor the `mcp` SDK, which only a request to /mcp loads (see test_mcp.py)."""
     script = (
         "import sys\n"
         "from starlette.testclient import TestClient\n"
@@ -243,7 +244,8 @@ def test_a_direct_only_server_never_imports_litellm(database: Any, database_url:
         "                         'api_base': 'http://127.0.0.1:1/v1'}}})\n"
         "with TestClient(create_app(config)) as client:\n"
         "    assert client.get('/healthz').status_code == 200\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'litellm'))\n"
+        "print(sorted(m for m in sys.modules\n"
+        "             if m.split('.')[0] in {'litellm', 'mcp', 'mcp_types'}))\n"
     ) % database_url
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             check=False, timeout=120)

@@ -4,6 +4,7 @@ of a real `kvmem serve` over streamable HTTP, with kvmem's auth, rules and user 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -311,6 +312,33 @@ def test_mcp_http_refusals(served: tuple[ServeProcess, dict[str, str]]):
 
 
 # --- in process: what the transports share ---------------------------------------------------
+
+
+def test_the_sdk_loads_with_the_first_mcp_request(database: Database, database_url: str):
+    """A server that is never asked to speak MCP never imports the SDK (~25 MiB); the first
+    /mcp request starts the transport and is answered like any other."""
+    script = (
+        "import json, sys\n"
+        "from starlette.testclient import TestClient\n"
+        "from kvmem.app import create_app\n"
+        "from kvmem.config import Config\n"
+        "def sdk():\n"
+        "    return sorted(m for m in sys.modules if m.split('.')[0] in {'mcp', 'mcp_types'})\n"
+        "config = Config.model_validate({'database': {'url': %r}})\n"
+        "with TestClient(create_app(config)) as client:\n"
+        "    assert client.get('/memory').status_code == 200\n"
+        "    assert client.get('/mcp').status_code == 405\n"
+        "    print(sdk() == [])\n"
+        "    for _ in range(2):\n"
+        "        answer = client.post('/mcp', json=%r, headers=%r)\n"
+        "        print(answer.status_code, json.dumps(answer.json()))\n"
+        "    print('mcp.server' in sdk())\n"
+    ) % (database_url, PING, JSONRPC_HEADERS)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=False, timeout=120)
+    pong = '200 {"jsonrpc": "2.0", "id": 1, "result": {}}'
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines() == ["True", pong, pong, "True"]
 
 
 def test_with_memory_disabled_every_tool_says_so(make_client):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,29 @@ def test_encoding_definition_equals_tiktoken(tokens: TokenCounter, reference: ti
     assert tokens.encoding._pat_str == reference._pat_str
     assert tokens.encoding._special_tokens == reference._special_tokens
     assert tokens.encoding.n_vocab == reference.n_vocab == 200019
+
+
+def test_every_token_decodes_as_tiktokens(tokens: TokenCounter, reference: tiktoken.Encoding) -> None:
+    ordinary = sorted(reference._mergeable_ranks.values())
+    assert len(ordinary) == 199998
+    assert tokens.encoding.decode_bytes(ordinary) == reference.decode_bytes(ordinary)
+    assert [tokens.encoding.decode_single_token_bytes(t) for t in ordinary[::997]] == [
+        reference.decode_single_token_bytes(t) for t in ordinary[::997]
+    ]
+
+
+def test_the_encoding_keeps_no_python_copy_of_its_ranks() -> None:
+    """tiktoken's Rust core holds the 200,000 ranks; the dict they were built from, kept
+    beside it, would be ~25 MiB more of a server's memory. tracemalloc sees what Python
+    allocates (the dict and its byte strings), not what the Rust core does."""
+    tracemalloc.start()
+    try:
+        encoding = load_o200k()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(encoding.encode_ordinary("hello")) == 1
+    assert held < 2 * 1024 * 1024
 
 
 def test_special_token_text_counts_as_ordinary_text(tokens: TokenCounter, reference: tiktoken.Encoding) -> None:

@@ -1,0 +1,141 @@
+"""`/mcp` over HTTP: the endpoint kvmem mounts, and the MCP transport it starts on first use.
+
+The `mcp` SDK is a large import (some 25 MiB of a server's memory and most of a second of its
+start), and most servers are never asked to speak MCP: so this module does not import it.
+The first `/mcp` request that passes the endpoint's checks imports `mcp_server.py` (the one
+module that imports the SDK) and starts its transport inside the app's lifespan; later
+requests use the running one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
+
+from kvmem.bodies import read_body
+from kvmem.errors import BadRequest, Forbidden, MethodNotAllowed
+from kvmem.services import Services, user_of
+
+if TYPE_CHECKING:  # imported on first use, see the module docstring
+    from kvmem.mcp_server import McpHttp
+
+
+class McpTransport:
+    """The streamable HTTP transport of `/mcp`: started by the first request that needs it,
+    stopped when the app's lifespan ends, before the services it uses shut down."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.max_body_bytes = services.config.server.max_body_bytes
+        self._http: McpHttp | None = None
+        self._starting = anyio.Lock()
+        self._tasks: TaskGroup | None = None
+        self._stop = anyio.Event()
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Hold the task that runs the transport once started (the app's lifespan holds this);
+        on exit, end that task, and with it every MCP call still in flight."""
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                yield
+            finally:
+                self._tasks = None
+                self._stop.set()
+
+    async def http(self) -> McpHttp:
+        """The running transport, started now if no request has started it yet."""
+        if self._http is not None:
+            return self._http
+        async with self._starting:
+            if self._http is None:
+                if self._tasks is None:
+                    raise RuntimeError("the MCP transport runs only while the app's lifespan does")
+                from kvmem.mcp_server import McpHttp
+
+                http = McpHttp(self.services)
+                await self._tasks.start(self._run, http)
+                self._http = http
+        return self._http
+
+    async def _run(self, http: McpHttp, *, task_status: TaskStatus[None]) -> None:
+        async with http.running():
+            task_status.started()
+            await self._stop.wait()
+
+
+class McpEndpoint:
+    """The ASGI app mounted at `/mcp`; finds the `McpTransport` in the lifespan state."""
+
+    def __init__(self, state_key: str) -> None:
+        self.state_key = state_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        check_origin(request)
+        if request.method != "POST":
+            # Stateless: no session to end (DELETE) and no server-sent stream to open (GET),
+            # which the transport answers with 405 too.
+            raise MethodNotAllowed(f"{request.method} is not allowed on /mcp: send JSON-RPC by POST")
+        content_type = request.headers.get("content-type", "")
+        if not content_type.lower().startswith("application/json"):
+            raise BadRequest("POST /mcp takes a JSON-RPC message: send Content-Type: application/json")
+        user = await user_of(request)
+        transport: McpTransport = scope["state"][self.state_key]
+        # Read here, within server.max_body_bytes, so that an oversized body gets kvmem's
+        # 413; the transport then reads the same bytes.
+        body = await read_body(request, transport.max_body_bytes)
+        http = await transport.http()
+        await http.handle(scope, _replay(body, receive), send, user=user)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives `body` (already read) first, then what the client sends next
+    (its disconnect)."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def check_origin(request: Request) -> None:
+    """Refuse (403) a request whose `Origin` names another site than the one it was sent to:
+    a page elsewhere must not drive a local MCP server (DNS rebinding). No `Origin` (any
+    non-browser client) is fine."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return
+    if not _same_site(origin, request.headers.get("host", "")):
+        raise Forbidden(f"requests from other sites are refused on /mcp (Origin: {origin[:200]})")
+
+
+def _same_site(origin: str, host: str) -> bool:
+    try:
+        sent_from = urlsplit(origin)
+        sent_to = urlsplit(f"//{host}")
+        default = DEFAULT_PORTS.get(sent_from.scheme)
+        return (
+            default is not None
+            and sent_from.hostname is not None
+            and sent_from.hostname == sent_to.hostname
+            and (sent_from.port or default) == (sent_to.port or default)
+        )
+    except ValueError:  # a malformed port or bracket
+        return False
