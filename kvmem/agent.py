@@ -2,7 +2,8 @@
 
 It knows nothing of HTTP. `MemoryAgent.start` launches one `AgentRun` as an asyncio task
 that the app tracks; the run is cancelled `grace_seconds` after the main response ends, and a
-guard run just before each commit makes sure no write lands after that deadline. When a run
+guard run just before each commit makes sure no write lands after that deadline (a commit it
+let through just before is waited for, so the reply reports every write). When a run
 ends, its usage (model calls, tokens, cost, writes) is queued and recorded off the event loop
 with the records of other runs that ended about then (`RecordBatches`), so that recording can
 neither slow nor fail the chat.
@@ -441,19 +442,26 @@ class MemoryAgent:
             return self._refusal(exc, key), False
 
     def _set(self, run: AgentRun, user_id: str, key: str, value: str) -> str:
-        written = self.store.set(
-            user_id, key, value, "agent",
-            conversation_id=run.conversation_id, guard=run.check_deadline,
-        )
-        run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
+        guard = run.commit_guard()
+        try:
+            written = self.store.set(
+                user_id, key, value, "agent", conversation_id=run.conversation_id, guard=guard
+            )
+            run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
+        finally:
+            guard.release()
         self.metrics.memory_write("agent", "set")
         return f'Memory set for key "{written.entry.key}" ({written.entry.token_count} tokens)'
 
     def _delete(self, run: AgentRun, user_id: str, key: str) -> str:
-        self.store.delete(
-            user_id, key, "agent", conversation_id=run.conversation_id, guard=run.check_deadline
-        )
-        run.record(MemoryUpdate("delete", key))
+        guard = run.commit_guard()
+        try:
+            self.store.delete(
+                user_id, key, "agent", conversation_id=run.conversation_id, guard=guard
+            )
+            run.record(MemoryUpdate("delete", key))
+        finally:
+            guard.release()
         self.metrics.memory_write("agent", "delete")
         return f'Memory deleted for key "{key}"'
 

@@ -1,13 +1,14 @@
 """One run of the memory agent: its state, the writes it made, its deadline and its events.
 
 An `AgentRun` is what a chat request holds of its agent: the reply reads its state and
-updates, a stream waits on its events, and the commit guard (`check_deadline`) stops a write
+updates, a stream waits on its events, and the commit guard (`CommitGuard`) stops a write
 that would land after the deadline. It knows nothing of models, HTTP or the database.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -58,6 +59,11 @@ class AgentRun:
     _events: asyncio.Queue[MemoryUpdate] = field(default_factory=asyncio.Queue)
     _loop: asyncio.AbstractEventLoop | None = None
     _timer: asyncio.TimerHandle | None = None
+    # Commits let through by a guard and not yet over, and whether the deadline has come:
+    # the run ends at its deadline, or once those commits are over if some are in flight.
+    _commits: int = 0
+    _closed: bool = False
+    _commit_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def finished(cls, state: AgentState) -> AgentRun:
@@ -77,9 +83,25 @@ class AgentRun:
         self._timer = self._loop.call_later(deadline - time.monotonic(), self._expire)
 
     def check_deadline(self) -> None:
-        """The commit guard: raise if the deadline has passed (called from worker threads)."""
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        """Raise if the deadline has passed (called from worker threads)."""
+        if self._closed or (self.deadline is not None and time.monotonic() >= self.deadline):
             raise DeadlinePassed("the memory agent's deadline has passed")
+
+    def commit_guard(self) -> CommitGuard:
+        """A guard for one write, run just before its commit (see `CommitGuard`)."""
+        return CommitGuard(self)
+
+    def _admit_commit(self) -> None:
+        with self._commit_lock:
+            self.check_deadline()
+            self._commits += 1
+
+    def _commit_over(self) -> None:
+        with self._commit_lock:
+            self._commits -= 1
+            end_now = self._closed and self._commits == 0
+        if end_now and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._cancel)
 
     def count_usage(self, usage: dict[str, Any] | None) -> None:
         """Add one model call's `usage` (OpenAI's `prompt_tokens`/`completion_tokens`)."""
@@ -120,8 +142,38 @@ class AgentRun:
             return
 
     def _expire(self) -> None:
+        # A commit that its guard let through just before the deadline is waited for (a few
+        # ms: it already holds the database's write lock), so that the run has recorded the
+        # write before it ends and its reply's `done` event reports every write that landed.
+        with self._commit_lock:
+            self._closed = True
+            waiting = self._commits > 0
+        if not waiting:
+            self._cancel()
+
+    def _cancel(self) -> None:
         if self.task is not None and not self.task.done():
             self.task.cancel()
+
+
+class CommitGuard:
+    """One write's commit guard: refuses the commit once the run's deadline has passed, and
+    otherwise keeps the run from ending until `release` says the write is over."""
+
+    def __init__(self, run: AgentRun) -> None:
+        self.run = run
+        self.admitted = False
+
+    def __call__(self) -> None:
+        """Called by the store just before the commit; raises `DeadlinePassed` to refuse it."""
+        self.run._admit_commit()
+        self.admitted = True
+
+    def release(self) -> None:
+        """The write is over, committed or not (called once, after the store returned)."""
+        if self.admitted:
+            self.admitted = False
+            self.run._commit_over()
 
 
 @dataclass(frozen=True)

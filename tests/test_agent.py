@@ -729,6 +729,33 @@ def test_a_write_held_up_by_another_writer_past_the_deadline_never_lands(
     assert outcomes(client) == {"timeout": 1}
 
 
+def test_a_commit_let_through_just_before_the_deadline_is_reported_in_done(
+    upstream, chat_sections, make_client
+):
+    """The guard passes a moment before the deadline and the commit ends after it: the run
+    waits for that commit, so the `done` event reports the write that landed."""
+    grace = 0.5
+    client = make_client(**chat_sections(agent={"grace_seconds": grace}))
+    store = services(client).agent.store
+    real_set = store.set
+
+    def slow_commit(*args: Any, guard: Callable[[], None], **kwargs: Any) -> Any:
+        def guard_then_stall() -> None:
+            guard()  # let through, before the deadline
+            time.sleep(grace + 0.3)  # the commit itself ends past the deadline
+        return real_set(*args, guard=guard_then_stall, **kwargs)
+
+    store.set = slow_commit  # the agent's writes only: this request makes no other
+    upstream.script(AGENT_MODEL, tools(set_memory("name", "Ada")))
+    response = client.post("/chat", json={"message": "I'm Ada.", "stream": True})
+    events = sse_events(response.text)
+    name, done = events[-1]
+    assert name == "done"
+    assert done["memory"]["updates"] == [{"op": "set", "key": "name", "value": "Ada"}]
+    assert done["memory"]["agent"] == "timeout"  # cut off at its deadline, after the commit
+    assert memories(client) == [entry("name", "Ada", 1, source="agent")]
+
+
 def test_shutdown_leaves_no_agent_running(upstream, chat_sections, make_client):
     grace = 0.8
     client = make_client(**chat_sections(agent={"grace_seconds": grace}))
