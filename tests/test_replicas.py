@@ -159,6 +159,7 @@ def check_limit_and_keys_hold_across_replicas(replicas, upstream, tokens):
 def check_a_conversation_continues_on_the_other_replica(replicas, upstream):
     upstream.script(MAIN_MODEL, Reply(content="Hello Ann"), Reply(content="Still here"))
     before = len(upstream.received(MAIN_MODEL))
+    agent_calls = len(upstream.received(AGENT_MODEL))
     first = httpx.post(
         f"{replicas[0]}/chat", json={"message": "I am Ann"}, headers=SERVICE, timeout=30
     )
@@ -180,3 +181,6 @@ def check_a_conversation_continues_on_the_other_replica(replicas, upstream):
     ]
     listed = httpx.get(f"{replicas[0]}/conversations/{conversation_id}", headers=SERVICE).json()
     assert listed["message_count"] == 4
+    # These plain replies did not wait for their agent runs: let both runs make their model
+    # call now, or a late one would take a reply scripted for the next check's runs.
+    upstream.wait_for(AGENT_MODEL, agent_calls + 2, timeout=30)
