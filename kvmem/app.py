@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -102,6 +103,7 @@ def create_app(
             config, database=database, tokens=tokens, client=client, metrics=metrics
         )
         mcp = McpTransport(services)
+        services.store.start_group_commit()
         sweep = asyncio.create_task(sweep_history(services.store), name="kvmem-history-sweep")
         try:
             # The MCP transport (started by the first /mcp request) lives as long as the app;
@@ -115,6 +117,8 @@ def create_app(
             # for still lands during a deploy), never longer than drain_seconds; then the
             # rest are cancelled, and a write not committed by then is not made.
             await services.agent.shutdown(config.server.drain_seconds)
+            # Every write queued by now is committed and answered before the database goes.
+            await anyio.to_thread.run_sync(services.store.stop_group_commit)
             await services.client.aclose()
             if owns_database:
                 services.database.dispose()

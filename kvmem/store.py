@@ -5,11 +5,15 @@ the user's write lock, so the limit holds under any concurrency; the change it m
 recorded (`kvmem.history`) in that same transaction, so history is never missing a write
 nor holds one that did not happen. A write that leaves the value as it was changes nothing:
 no change is recorded and `updated_at` and `source` stay. Every query is scoped by
-`user_id`; callers get frozen dataclasses, never a session.
+`user_id`; callers get frozen dataclasses, never a session. On SQLite, while the app runs,
+concurrent `set`s share transactions through one writer thread (`kvmem.group_commit`), each
+keeping its own checks and result.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+import anyio.to_thread
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
@@ -24,6 +29,7 @@ from sqlalchemy.orm import Session
 from kvmem.db import Database
 from kvmem.erasure import Erased, erase_user_rows
 from kvmem.errors import BadRequest, KvmemError, MemoryFull, NotFound
+from kvmem.group_commit import GroupCommit, Prepare
 from kvmem.history import Change, ChangeLog, ChangeSource, HistoryPage, iso
 from kvmem.rules import MemoryRules
 from kvmem.tables import MemoryEntry, User, utcnow
@@ -209,6 +215,7 @@ class MemoryStore:
                 [column.type.dialect_impl(dialect).result_processor(dialect, None)
                  for column in _SNAPSHOT.selected_columns],
             )
+        self._group: GroupCommit | None = None  # SQLite's writer thread, while it runs
 
     def snapshot(self, user_id: str) -> Snapshot:
         """The user's entries, oldest first, and whether they want memory used."""
@@ -274,17 +281,88 @@ class MemoryStore:
         agent run made it). `guard` runs just before the commit; if it raises, nothing is
         written (the memory agent uses it so that no write lands after its deadline).
         """
-        self.rules.check_key(key)
-        value = self.rules.clean_value(value)
-        tokens = self.tokens.count(value)
+        prepare = self._set_write(user_id, key, value, source, conversation_id)
+        # A guarded write runs alone, its guard checked right before its own COMMIT.
+        future = self._group.submit(prepare) if self._group and guard is None else None
+        if future is not None:
+            return future.result()
+        write = prepare()
         with self.database.writing_connection() as connection:
-            self.database.lock_user(connection, user_id)
-            written = self._set_locked(
-                connection, user_id, key, value, tokens, source, conversation_id
-            )
+            written = write(connection)
             if guard is not None:
                 guard()
             return written
+
+    async def set_async(
+        self,
+        user_id: str,
+        key: str,
+        value: str,
+        source: Source = "manual",
+        *,
+        conversation_id: str | None = None,
+    ) -> Written:
+        """`set` for the event loop: awaits the writer thread (group commit) instead of
+        holding a worker thread, or runs `set` in one when there is no writer thread."""
+        prepare = self._set_write(user_id, key, value, source, conversation_id)
+        future = self._group.submit(prepare) if self._group else None
+        if future is None:
+            return await anyio.to_thread.run_sync(
+                functools.partial(
+                    self.set, user_id, key, value, source, conversation_id=conversation_id
+                )
+            )
+        # Shielded: once queued the write is made even if the caller goes away, as a
+        # write already running in a worker thread is.
+        return await asyncio.shield(asyncio.wrap_future(future))
+
+    def start_group_commit(self, on_batch: Callable[[int], None] | None = None) -> None:
+        """On SQLite, start the writer thread through which `set`s without a guard share
+        transactions (`kvmem.group_commit`); elsewhere nothing (each write commits alone).
+        `on_batch` is told the number of writes of each batch the thread runs."""
+        if self.database.dialect == "sqlite" and self._group is None:
+            group = GroupCommit(self.database, on_batch=on_batch)
+            group.start()
+            self._group = group
+
+    @property
+    def queued_writes(self) -> int:
+        """Writes waiting for the writer thread to take them (0 when there is none)."""
+        group = self._group
+        return group.pending if group is not None else 0
+
+    def stop_group_commit(self) -> None:
+        """Answer every queued write and stop the writer thread; `set` then runs directly."""
+        group = self._group
+        if group is not None:
+            group.stop()
+            self._group = None
+
+    def _set_write(
+        self,
+        user_id: str,
+        key: str,
+        value: str,
+        source: Source,
+        conversation_id: str | None,
+    ) -> Prepare:
+        """`set` in two steps: checking and counting the value (no transaction), then
+        writing it on a connection whose transaction the caller owns."""
+
+        def prepare() -> Callable[[Connection], Written]:
+            self.rules.check_key(key)
+            clean = self.rules.clean_value(value)
+            tokens = self.tokens.count(clean)
+
+            def write(connection: Connection) -> Written:
+                self.database.lock_user(connection, user_id)
+                return self._set_locked(
+                    connection, user_id, key, clean, tokens, source, conversation_id
+                )
+
+            return write
+
+        return prepare
 
     def delete(
         self,

@@ -49,7 +49,7 @@ async def put_memory(request: Request) -> Response:
     require_memory(services)
     key = services.store.rules.check_key(request.path_params["key"])
     body = await read_model(request, MemoryValue, services.config.server.max_body_bytes)
-    written = await run_in_threadpool(services.store.set, user, key, body.value, "manual")
+    written = await services.store.set_async(user, key, body.value, "manual")
     services.metrics.memory_write("manual", "set")
     return JSONResponse(
         {
