@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import anyio.to_thread
 from sqlalchemy import bindparam, delete, func, insert, select, update
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.orm import Session
 
 from kvmem.db import Database
@@ -158,6 +158,18 @@ _REPLACE_ENTRY = (
 )
 
 
+@functools.cache
+def _sqlite_reads(dialect: Dialect) -> tuple[str, str, list[Callable[[Any], Any] | None]]:
+    """`snapshot`'s two statements compiled for SQLite, and what SQLAlchemy would make of each
+    column of the second (text to datetime, say): built once per engine, not per store."""
+    return (
+        str(_USER_STATE.compile(dialect=dialect)),
+        str(_SNAPSHOT.compile(dialect=dialect)),
+        [column.type.dialect_impl(dialect).result_processor(dialect, None)
+         for column in _SNAPSHOT.selected_columns],
+    )
+
+
 # A user row's memory version, with its creation time: a user erased and seen again starts
 # at version 0 anew, so the version alone could match entries cached before the erasure.
 # (On SQLite the creation time is the stored text: it is only compared.)
@@ -207,14 +219,7 @@ class MemoryStore:
         self.history_log = ChangeLog(keep_days)
         self._cache = EntryCache()
         if database.dialect == "sqlite":
-            dialect = database.engine.dialect
-            self._sqlite_reads = (
-                str(_USER_STATE.compile(dialect=dialect)),
-                str(_SNAPSHOT.compile(dialect=dialect)),
-                # What SQLAlchemy would make of each column (text to datetime, say).
-                [column.type.dialect_impl(dialect).result_processor(dialect, None)
-                 for column in _SNAPSHOT.selected_columns],
-            )
+            self._sqlite_reads = _sqlite_reads(database.engine.dialect)
         self._group: GroupCommit | None = None  # SQLite's writer thread, while it runs
 
     def snapshot(self, user_id: str) -> Snapshot:
