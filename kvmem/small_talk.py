@@ -40,8 +40,9 @@ def _compile(*alternatives: str, flags: int = 0) -> re.Pattern[str]:
 
 
 # Quoted text and code are material for a task ("translate 'I love my cat'"), not facts.
+# (normalize turns backticks into apostrophes, so a code fence reads ''' here.)
 _QUOTED = _compile(
-    r"```.*?(?:```|$)", r"`[^`\n]*`", r'"[^"\n]*"', r"“[^”\n]*”", r"«[^»\n]*»", r"„[^“”\n]*[“”]",
+    r"(?:```|''').*?(?:```|'''|$)", r"`[^`\n]*`", r'"[^"\n]*"', r"“[^”\n]*”", r"«[^»\n]*»", r"„[^“”\n]*[“”]",
     r"「[^」\n]*」", r"『[^』\n]*』", r"(?<![\w])'[^'\n]{2,}'(?![\w])",
     flags=re.DOTALL,
 )
