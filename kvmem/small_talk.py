@@ -235,11 +235,21 @@ def is_small_talk(normalized: str) -> bool:
     remainders = []
     for found in _SENTENCE.finditer(text):
         sentence = found.group().strip()
-        while (social := _SOCIAL_PREFIX.match(sentence)) and social.end() > 0:
+        # Social words are peeled off the front ("thanks! ok, so why...?") until what is
+        # left asks or sets a task ("show me..." is a task, not the Portuguese "show!").
+        while not _asks_or_tasks(sentence) and (social := _SOCIAL_PREFIX.match(sentence)):
+            if social.end() == 0:
+                break
             sentence = sentence[social.end():]
-        if not sentence or not re.search(r"[^\W_]", sentence):
+        if not re.search(r"[^\W_]", sentence):
             continue
-        if not (_QUESTION_MARK.search(sentence) or _QUESTION.search(sentence) or _TASK.search(sentence)):
+        if not _asks_or_tasks(sentence):
             return False
         remainders.append(sentence)
     return not _ABOUT_THE_USER.search(_FRAMES.sub(" ", "\n".join(remainders)))
+
+
+def _asks_or_tasks(sentence: str) -> bool:
+    return bool(
+        _QUESTION_MARK.search(sentence) or _QUESTION.search(sentence) or _TASK.search(sentence)
+    )

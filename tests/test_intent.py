@@ -369,6 +369,7 @@ def test_the_gate_benchmark_runs():
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "## Intent gate: agent calls on a 12-message conversation" in result.stdout
     assert "| intent |" in result.stdout
+    assert "## Intent gate: the held-out round" in result.stdout
 
 
 def test_a_newest_message_without_text_keeps_the_gate_shut(upstream, chat_sections, make_client):

@@ -4,11 +4,14 @@ Plays one scripted 50-message conversation (mostly chit-chat, some memory reques
 implicit updates, some talk about memory, in several languages) through `POST /chat` of
 two kvmem apps on a scripted upstream: `trigger: always` and `trigger: intent`. Counts the
 agent's model calls and the tokens of their input, checks which memory messages reached
-the agent, and times the gate alone. Prints markdown tables; asserts nothing.
+the agent, and times the gate alone. Then measures the gate on the held-out round
+(tests/data/intent_heldout.jsonl, never used to tune it): explicit requests and implicit
+updates passed, chit-chat skipped, per language. Prints markdown tables; asserts nothing.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import sys
@@ -141,6 +144,33 @@ def gate_timing(conversation: list[tuple[str, str]], repeats: int) -> tuple[floa
     return statistics.median(samples), max(samples)
 
 
+HELDOUT = Path(__file__).resolve().parents[1] / "data" / "intent_heldout.jsonl"
+HELDOUT_LANGUAGES = ("en", "zh", "ru", "it", "es", "fr", "de", "pt", "ja", "mixed")
+
+
+def heldout_table() -> list[str]:
+    """Markdown rows: the gate's decisions on the held-out round, per language and in all."""
+    gate = IntentGate()
+    with HELDOUT.open(encoding="utf-8") as lines:
+        messages = [json.loads(line) for line in lines]
+
+    def cells(selected: list[dict[str, str]]) -> str:
+        out = []
+        for label, wanted in (("explicit", True), ("implicit", True), ("chitchat", False)):
+            of = [m for m in selected if m["label"] == label]
+            hits = sum(gate.matches(m["text"]) == wanted for m in of)
+            out.append(f"{100 * hits / len(of):.1f} % ({hits}/{len(of)})" if of else "-")
+        return " | ".join(out)
+
+    rows = ["| messages | explicit requests passed | implicit updates passed | chit-chat skipped |",
+            "|---|---:|---:|---:|",
+            f"| all ({len(messages)}) | {cells(messages)} |"]
+    for lang in HELDOUT_LANGUAGES:
+        selected = [m for m in messages if m["lang"] == lang]
+        rows.append(f"| {lang} ({len(selected)}) | {cells(selected)} |")
+    return rows
+
+
 def main() -> int:
     """Run both plays and print the tables (`--quick`: the first 12 messages, to prove it runs)."""
     quick = "--quick" in sys.argv
@@ -173,6 +203,8 @@ def main() -> int:
           f"agent input tokens ({1 - intent['input_tokens'] / always['input_tokens']:.0%}).")
     median, worst = gate_timing(conversation, 20 if quick else 2000)
     print(f"Gate time per message: median {median:.0f} µs, max {worst:.0f} µs.")
+    print("\n## Intent gate: the held-out round\n")
+    print(*heldout_table(), sep="\n")
     return 0
 
 
