@@ -57,9 +57,9 @@ _QUESTION_MARK = re.compile(r"[?？]\s*$")
 
 SOCIAL = (
     # en
-    r"hi|hello|hey+|hiya|yo|thanks|thank you(?: so much| very much| a lot)?|thx|ty|tysm|cheers",
+    r"(?:hi|hello|hey) there|hi|hello|hey+|hiya|yo|thanks|thank you(?: so much| very much| a lot)?|thx|ty|tysm|cheers",
     r"ok(?:ay)?|k+|cool|nice(?: one)?|great|awesome|perfect|got it|gotcha|sure|yes|yeah|yep|no|nope",
-    r"alright|all right|right|lol|lmao|rofl|ha(?:ha)+h?|he(?:he)+|wow|oh|ah|hm+|bye|goodbye|see (?:you|ya)",
+    r"alright|all right|right|lol|lmao|rofl|(?:a?h+a+)+h*|he(?:he)+|wow|oh|ah|hm+|bye|goodbye|see (?:you|ya)",
     r"good (?:morning|night|evening|afternoon)|np|no problem|you're welcome|sounds good|makes sense",
     r"i see|that's (?:great|funny|helpful|cool|nice|interesting|it|right)|that (?:was|is) (?:helpful|great|funny|useful)",
     r"that helped(?: a lot)?|well done|good job|exactly|indeed|interesting|fair enough|agreed|true|understood|noted",
@@ -71,14 +71,14 @@ SOCIAL = (
     # ru
     r"привет|здравствуй(?:те)?|спасибо(?: большое| огромное)?|благодарю|ок|окей|хорошо|ладно|понял|поняла",
     r"понятно|ясно|супер|класс|круто|отлично|ага|да|нет|пока|доброе утро|добрый (?:день|вечер)",
-    r"доброй ночи|спокойной ночи|а?ха(?:ха)+х?|хех|лол|ну|(?:очень )?помогло|(?:очень )?полезно",
+    r"доброй ночи|спокойной ночи|(?:а?х+а+)+х*|хех|лол|ну|(?:очень )?помогло|(?:очень )?полезно",
     # it
     r"ciao|salve|buongiorno|buonasera|buonanotte|grazie(?: mille| tante)?|va bene|perfetto|capito|certo",
-    r"sì|si|ottimo|bene|bello|bella(?: questa)?|a?ha(?:ha)+h?|arrivederci|a dopo|figo|fantastico",
+    r"sì|si|ottimo|bene|bello|bella(?: questa)?|(?:a?h+a+)+h*|arrivederci|a dopo|figo|fantastico",
     r"utilissimo|(?:molto )?utile|mi è stato (?:molto )?utile",
     # es
-    r"hola|buenas|buenos dias|buenas (?:tardes|noches)|(?:muchas )?gracias|vale|perfecto|entendido|genial",
-    r"claro|ja(?:ja)+|je(?:je)+|adios|hasta luego|chao|muy util|de nada|bueno|listo|dale",
+    r"hola|buenos dias|buenas (?:tardes|noches)|buenas|(?:muchas )?gracias|vale|perfecto|entendido|genial",
+    r"claro|(?:j+a+)+j*|(?:j+e+)+j*|adios|hasta luego|chao|muy util|de nada|bueno|listo|dale",
     r"me (?:sirvio|ayudo)(?: mucho)?|(?:muy )?util",
     # fr
     r"salut|bonjour|bonsoir|bonne nuit|merci(?: beaucoup)?|d'accord|parfait|super|genial|top|compris",
@@ -145,8 +145,22 @@ TASKS = (
     r"|покажи|придумаи|сократи|опиши|сравни|наиди|предложи|посоветуи|перечисли|сгенерируи|создаи"
     r"|реши|кратко",
 )
+# A want that is a request for something ("I need ideas for...", "vorrei un consiglio"), not a
+# fact; the same words are FRAMES below.
+REQUESTS = (
+    r"i need (?:a|an|some|ideas|help)|i(?:'d| would) like (?:a|an|some)|i want (?:a|an|some)",
+    r"vorrei (?:un|una|uno|dei|delle|degli|sapere|capire)|mi serv\w+",
+    r"necesito (?:un|una|unos|unas|ideas|ayuda|saber)|quiero (?:saber|entender|un|una)|quisiera",
+    r"je (?:cherche|voudrais) (?:un|une|des|le|la|les|savoir)|j'aimerais (?:savoir|comprendre|un|une)"
+    r"|j'ai besoin d'(?:un|une|aide|idees)",
+    r"ich (?:brauche|hätte gern|möchte|suche) (?:ein|eine|einen|einem|etwas|hilfe|ideen|wissen)",
+    r"quero (?:saber|entender|um|uma)|preciso de (?:um|uma|ajuda|ideias)|eu queria (?:saber|um|uma)",
+    r"мне нужн\w+|я хочу (?:узнать|понять)|хочу (?:узнать|понять)",
+    r"我想(?:知道|问|了解|请教)|我需要",
+)
 _TASK = _compile(
     rf"^{_POLITE}(?:{'|'.join(TASKS)})\b",
+    rf"^(?:{'|'.join(REQUESTS)})\b",
     rf"^{_POLITE}(?:帮我|给我|写|翻译|总结|解释|讲|介绍|推荐|列出|列举|生成|计算|修改|改|优化|分析|比较|说说|讲讲|描述|告诉我|用|做|画|设计)",
     r"(?:教えて|書いて|訳して|翻訳して|説明して|要約して|まとめて|作って|考えて|直して|計算して|調べて"
     r"|比較して|見せて|提案して|紹介して|描いて|挙げて|手伝って)(?:ください|下さい|くれ|くれる|ほしい|欲しい)?"
@@ -165,7 +179,7 @@ FRAMES = (
     r"\bfor me\b(?=[\s.!?]*(?:\n|$))",
     # "my code": work handed over, not a fact about the user
     r"(?:\b(?:my|mon|mein\w*|meu|mi|il mio)|мой|мои) (?:[\w]+[- ])?(?:code|codigo|codice|код|script|query|function|program\w*)\b",
-    r"帮我|给我|告诉我|教我|请问|我想(?:知道|问|了解|请教)|我(?:该|应该)?怎么|我能|我可以",
+    r"帮我|给我|告诉我|教我|请问|我想(?:知道|问|了解|请教)|我需要|我(?:该|应该)?怎么|我能|我可以",
     r"\b(?:объясни|подскажи|скажи|покажи|помоги|даи|напиши|расскажи|посоветуи)(?:те)? мне\b|\bкак мне\b"
     r"|\bмне нужн\w*\b|\bя хочу (?:узнать|понять)\b",
     r"\b(?:spiegami|dimmi|dammi|aiutami|mostrami|fammi|scrivimi|consigliami|suggeriscimi|raccontami)\b"
