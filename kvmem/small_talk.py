@@ -60,14 +60,14 @@ SOCIAL = (
     r"(?:hi|hello|hey) there|hi|hello|hey+|hiya|yo|thanks|thank you(?: so much| very much| a lot)?|thx|ty|tysm|cheers",
     r"ok(?:ay)?|k+|cool|nice(?: one)?|great|awesome|perfect|got it|gotcha|sure|yes|yeah|yep|no|nope",
     r"alright|all right|right|lol|lmao|rofl|(?:a?h+a+)+h*|he(?:he)+|wow|oh|ah|hm+|bye|goodbye|see (?:you|ya)",
-    r"good (?:morning|night|evening|afternoon)|np|no problem|you're welcome|sounds good|makes sense",
+    r"good (?:morning|night|evening|afternoon)|np|no problem|you're welcome|sounds good|(?:that )?makes sense",
     r"i see|that's (?:great|funny|helpful|cool|nice|interesting|it|right)|that (?:was|is) (?:helpful|great|funny|useful)",
     r"that helped(?: a lot)?|well done|good job|exactly|indeed|interesting|fair enough|agreed|true|understood|noted",
     r"you're right|i agree|love it|i love it|lovely|amazing|brilliant|excellent|neat|sweet|fine",
     r"(?:(?:that's|that was|very|so|super) )?(?:helpful|useful)|(?:that|it) (?:helped|worked)(?: a lot)?",
     # zh
     r"你好|您好|嗨|哈喽|谢谢(?:你|您|啦)?|多谢|感谢|好的|好吧|好|嗯+|哦+|明白了?|知道了|收到|了解|没问题",
-    r"早上好|早安|晚安|再见|拜拜|哈+|呵呵|太棒了|不错|可以|行|对|是的|懂了|(?:很|非常)?有(?:帮助|用)|帮大忙了",
+    r"早上好|早安|晚上好|下午好|晚安|再见|拜拜|哈+|呵呵|太棒了|不错|可以|行|对|是的|懂了|(?:很|非常)?有(?:帮助|用)|帮大忙了",
     # ru
     r"привет|здравствуй(?:те)?|спасибо(?: большое| огромное)?|благодарю|ок|окей|хорошо|ладно|понял|поняла",
     r"понятно|ясно|супер|класс|круто|отлично|ага|да|нет|пока|доброе утро|добрый (?:день|вечер)",
@@ -138,7 +138,7 @@ TASKS = (
     r"schreib\w*|übersetz\w*|erklär\w*|erzähl\w*|fass\w*|korrigier\w*|gib|sag|mach\w*|erstell\w*|berechne\w*"
     r"|zeig\w*|hilf|empfiehl|beschreib\w*|vergleich\w*|finde?|formulier\w*|verbesser\w*|schlag\w*"
     r"|liste?|generier\w*|rechne",
-    r"escrev\w*|traduz\w*|traduza|explica\w*|explique|resum\w*|corrig\w*|corrija|dá|dê|diz|diga|faz"
+    r"escrev\w*|traduz\w*|traduza|explica\w*|explique|resum\w*|corrig\w*|corrija|diz|diga|faz"
     r"|faça|cria|crie|gera|gere|calcula|sugere|sugira|recomenda|ajuda|mostra|conta|descreve|compara"
     r"|procura|reescreve|melhora|lista|indica|me (?:explica|diz|da|dá|ajuda|mostra|conta|recomenda|manda|passa|indica)",
     r"напиши|переведи|объясни|расскажи|перескажи|сделаи|составь|посчитаи|исправь|помоги|подскажи|даи"
@@ -159,7 +159,7 @@ REQUESTS = (
     r"我想(?:知道|问|了解|请教)|我需要",
 )
 _TASK = _compile(
-    rf"^{_POLITE}(?:{'|'.join(TASKS)})\b",
+    rf"^{_POLITE}(?:{'|'.join(TASKS)})(?![\w'])",  # not "name's Bob"
     rf"^(?:{'|'.join(REQUESTS)})\b",
     rf"^{_POLITE}(?:帮我|给我|写|翻译|总结|解释|讲|介绍|推荐|列出|列举|生成|计算|修改|改|优化|分析|比较|说说|讲讲|描述|告诉我|用|做|画|设计)",
     r"(?:教えて|書いて|訳して|翻訳して|説明して|要約して|まとめて|作って|考えて|直して|計算して|調べて"
