@@ -6,7 +6,8 @@ two kvmem apps on a scripted upstream: `trigger: always` and `trigger: intent`. 
 agent's model calls and the tokens of their input, checks which memory messages reached
 the agent, and times the gate alone. Then measures the gate on the held-out round
 (tests/data/intent_heldout.jsonl, never used to tune it): explicit requests and implicit
-updates passed, chit-chat skipped, per language. Prints markdown tables; asserts nothing.
+updates passed, chit-chat skipped, per language; and the second round
+(intent_heldout2.jsonl) in all. Prints markdown tables; asserts nothing.
 """
 
 from __future__ import annotations
@@ -144,15 +145,19 @@ def gate_timing(conversation: list[tuple[str, str]], repeats: int) -> tuple[floa
     return statistics.median(samples), max(samples)
 
 
-HELDOUT = Path(__file__).resolve().parents[1] / "data" / "intent_heldout.jsonl"
+DATA = Path(__file__).resolve().parents[1] / "data"
+HELDOUT_ROUNDS = (DATA / "intent_heldout.jsonl", DATA / "intent_heldout2.jsonl")
 HELDOUT_LANGUAGES = ("en", "zh", "ru", "it", "es", "fr", "de", "pt", "ja", "mixed")
 
 
 def heldout_table() -> list[str]:
-    """Markdown rows: the gate's decisions on the held-out round, per language and in all."""
+    """Markdown rows: the gate's decisions on the held-out rounds: the first per language and
+    in all, the second in all."""
     gate = IntentGate()
-    with HELDOUT.open(encoding="utf-8") as lines:
-        messages = [json.loads(line) for line in lines]
+    first, second = (
+        [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        for path in HELDOUT_ROUNDS
+    )
 
     def cells(selected: list[dict[str, str]]) -> str:
         out = []
@@ -164,10 +169,11 @@ def heldout_table() -> list[str]:
 
     rows = ["| messages | explicit requests passed | implicit updates passed | chit-chat skipped |",
             "|---|---:|---:|---:|",
-            f"| all ({len(messages)}) | {cells(messages)} |"]
+            f"| round 1, all ({len(first)}) | {cells(first)} |"]
     for lang in HELDOUT_LANGUAGES:
-        selected = [m for m in messages if m["lang"] == lang]
-        rows.append(f"| {lang} ({len(selected)}) | {cells(selected)} |")
+        selected = [m for m in first if m["lang"] == lang]
+        rows.append(f"| round 1, {lang} ({len(selected)}) | {cells(selected)} |")
+    rows.append(f"| round 2, all ({len(second)}) | {cells(second)} |")
     return rows
 
 
@@ -203,7 +209,7 @@ def main() -> int:
           f"agent input tokens ({1 - intent['input_tokens'] / always['input_tokens']:.0%}).")
     median, worst = gate_timing(conversation, 20 if quick else 2000)
     print(f"Gate time per message: median {median:.0f} µs, max {worst:.0f} µs.")
-    print("\n## Intent gate: the held-out round\n")
+    print("\n## Intent gate: the held-out rounds\n")
     print(*heldout_table(), sep="\n")
     return 0
 
