@@ -32,6 +32,10 @@ import unicodedata
 
 _ACCENTS = re.compile("[\u0300-\u036f]")
 
+# Longer messages are not read as small talk: a paste that long is material for a task and
+# almost always speaks of someone, and reading it sentence by sentence would cost tens of ms.
+MAX_SMALL_TALK_CHARS = 2_000
+
 
 def _compile(*alternatives: str, flags: int = 0) -> re.Pattern[str]:
     pattern = "|".join(f"(?:{a})" for a in alternatives)
@@ -245,6 +249,8 @@ _ABOUT_THE_USER = _compile(*ABOUT_THE_USER)
 
 def is_small_talk(normalized: str) -> bool:
     """Whether a normalized message is positively small talk (see the module docstring)."""
+    if len(normalized) > MAX_SMALL_TALK_CHARS:
+        return False
     text = _TRANSLATE_COLON.sub(" ", _QUOTED.sub(" ", normalized))
     remainders = []
     for found in _SENTENCE.finditer(text):

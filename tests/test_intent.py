@@ -19,6 +19,7 @@ import pytest
 from kvmem.config_loader import load_config
 from kvmem.errors import ConfigError
 from kvmem.intent import LANGUAGES, MAX_SCANNED_CHARS, UNRECOGNISED, IntentGate, normalize
+from kvmem.small_talk import MAX_SMALL_TALK_CHARS
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, set_memory, wait_agents_idle
 from tests.support.matchers import entry
 from tests.support.upstream import Reply
@@ -273,7 +274,9 @@ def test_a_long_message_is_read_at_both_ends():
     # A request buried in the middle of a long paste is not looked for (the gate stays
     # cheap), but such a message is no small talk, so it still passes.
     assert gate.reason(f"{padding} Remember that I'm vegetarian. {padding}") == UNRECOGNISED
-    assert gate.reason("Why is the sky blue? " * MAX_SCANNED_CHARS) is None
+    # Small talk is looked for only in messages of up to MAX_SMALL_TALK_CHARS.
+    assert gate.reason("Why is the sky blue? " * (MAX_SMALL_TALK_CHARS // 21)) is None
+    assert gate.reason("Why is the sky blue? " * (MAX_SMALL_TALK_CHARS // 21 + 1)) == UNRECOGNISED
 
 
 # --- config ------------------------------------------------------------------------------
