@@ -131,7 +131,7 @@ class MemoryAgent:
         The one place that decides: `disabled` (memory or the agent off), `skipped` (a
         temporary request, an opted-out user, no user message to read), `failed` (the store
         could not be read, so the agent would work blind), `gated` (`trigger: intent` and
-        `newest_message`, the newest user message, asks nothing of memory), `over_budget`
+        `newest_message`, the newest user message, is small talk: kvmem/intent.py), `over_budget`
         (the user's runs of today reached `daily_token_budget`).
         """
         if self.config.memory.disabled:

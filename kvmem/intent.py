@@ -1,18 +1,22 @@
-"""The intent gate: does a chat message ask to remember, update or forget something about
-the user?
+"""The intent gate: may a chat message be skipped, or could it ask to remember, update or
+forget something about the user?
 
 `memory.agent.trigger: intent` calls the memory agent's model only when the newest user
 message passes this gate, which saves the second model call on the (many) turns that are
-plain chat. It is pure: compiled patterns per language, no model and no I/O. Messages are
-normalized first (NFKC, casefold, Latin and Cyrillic accents dropped, curly apostrophes
-straightened), so "Mémorise", "MEMORISE" and "memorise" read the same. Every language is
-tried on every message: users mix languages and a short message says too little to detect
-one.
+plain chat. The gate fails safe: a missed "forget my address" is a broken promise, an extra
+agent call only a cost. So it skips only what it positively recognises as small talk
+(kvmem/small_talk.py: greetings, thanks, acknowledgements, questions about the world, tasks
+with no first-person fact) and passes everything else, recognised or not.
 
-The patterns favour requests over mentions. "Remember that I'm vegetarian", "forget my
-address" and "actually I moved to Berlin" pass; "do you remember what I said?", "I can't
-remember the movie's name" and "memory leak in my code" do not. It is a cost filter, not a
-judge: the agent still decides what, if anything, to write.
+It is pure: compiled patterns per language, no model and no I/O. Messages are normalized
+first (NFKC, casefold, Latin and Cyrillic accents dropped, curly apostrophes straightened),
+so "Mémorise", "MEMORISE" and "memorise" read the same. Every language is tried on every
+message: users mix languages and a short message says too little to detect one.
+
+`reason` says why a message passes: the language of a recognised memory request
+("remember that I'm vegetarian", "forget my address", "actually I moved to Berlin"), an
+operator's trigger phrase, or `unrecognised` (not small talk, so the agent decides). It is
+a cost filter, not a judge: the agent still decides what, if anything, to write.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvmem.intent_patterns import KEYWORD_RULES, PATTERNS
+from kvmem.small_talk import is_small_talk
 
 # Latin and Cyrillic diacritics (U+0300-U+036F) are dropped; Japanese voicing marks
 # (U+3099, U+309A) are kept, since dropping them would change the word.
@@ -72,9 +77,14 @@ class _KeywordRule:
         return False
 
 
+# What `reason` answers for a message that is neither a recognised request nor small talk.
+UNRECOGNISED = "unrecognised"
+
+
 class IntentGate:
-    """Decides whether a message expresses a memory intent (built-in patterns plus the
-    operator's `trigger_phrases`, matched case-insensitively as substrings)."""
+    """Decides whether a message may be skipped: only small talk is; recognised memory
+    requests (built-in patterns plus the operator's `trigger_phrases`, matched
+    case-insensitively as substrings) and anything unrecognised pass."""
 
     def __init__(self, extra_phrases: Sequence[str] = ()) -> None:
         self._languages = {
@@ -88,11 +98,12 @@ class IntentGate:
         self._phrases = tuple(dict.fromkeys(p for p in map(normalize, extra_phrases) if p))
 
     def matches(self, text: str) -> bool:
-        """Whether `text` asks to remember, note, update, change or forget something."""
+        """Whether the agent should read `text`: False only for recognised small talk."""
         return self.reason(text) is not None
 
     def reason(self, text: str) -> str | None:
-        """What made `text` pass: a language code, or `phrase`; None when it does not."""
+        """Why `text` passes: the language code of a recognised memory request, `phrase`,
+        or `unrecognised` (not small talk); None when it is small talk and may be skipped."""
         if len(text) > 2 * MAX_SCANNED_CHARS:
             text = f"{text[:MAX_SCANNED_CHARS]}\n{text[-MAX_SCANNED_CHARS:]}"
         normalized = normalize(text)
@@ -103,4 +114,4 @@ class IntentGate:
                 return language
             if any(rule.search(normalized) for rule in self._keyword_rules.get(language, ())):
                 return language
-        return None
+        return None if is_small_talk(normalized) else UNRECOGNISED

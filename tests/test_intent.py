@@ -1,6 +1,7 @@
-"""The intent gate: its recall and skip rate on the labelled corpus (printed, and asserted at
-the targets), the cases that tell a request from talk about memory, trigger phrases,
-normalization, its config, and the gate deciding the agent's state end to end."""
+"""The intent gate: its recall and skip rate on the labelled corpus and on the held-out round
+(printed, and asserted at the targets), the small talk it skips and the messages it must
+pass (it fails safe), trigger phrases, normalization, its config, and the gate deciding the
+agent's state end to end."""
 
 from __future__ import annotations
 
@@ -17,12 +18,21 @@ import pytest
 
 from kvmem.config_loader import load_config
 from kvmem.errors import ConfigError
-from kvmem.intent import LANGUAGES, MAX_SCANNED_CHARS, IntentGate, normalize
+from kvmem.intent import LANGUAGES, MAX_SCANNED_CHARS, UNRECOGNISED, IntentGate, normalize
+from kvmem.small_talk import MAX_SMALL_TALK_CHARS
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, set_memory, wait_agents_idle
 from tests.support.matchers import entry
 from tests.support.upstream import Reply
 
 CORPUS = Path(__file__).parent / "data" / "intent_corpus.jsonl"
+# Written and committed before the fail-safe gate, never used to tune it (README, "Intent
+# gate"); the tuning file is what the gate was tuned on besides CORPUS.
+HELDOUT_ROUNDS = (
+    Path(__file__).parent / "data" / "intent_heldout.jsonl",
+    Path(__file__).parent / "data" / "intent_heldout2.jsonl",
+)
+TUNING = Path(__file__).parent / "data" / "intent_tuning.jsonl"
+LABELS = ("explicit", "implicit", "chitchat")
 CORPUS_LANGUAGES = ("en", "zh", "ru", "it", "es", "fr", "de", "pt", "ja")
 INTENTS = ("explicit", "implicit")
 NON_INTENTS = ("memory_question", "chitchat", "mention")
@@ -45,6 +55,11 @@ class Labelled:
 def load_corpus() -> list[Labelled]:
     with CORPUS.open(encoding="utf-8") as lines:
         return [Labelled(**json.loads(line)) for line in lines]
+
+
+def load_labelled(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines]
 
 
 def share(messages: Sequence[Labelled], passed: Callable[[Labelled], bool]) -> tuple[int, int]:
@@ -99,9 +114,48 @@ def test_recall_and_skip_rate_on_the_corpus_meet_the_targets():
     print("misclassified:", *misses, sep="\n  ")
 
     explicit_hits, explicit_total = overall["explicit recall"]
+    implicit_hits, implicit_total = overall["implicit recall"]
     chat_skipped, chat_total = overall["chit-chat skipped"]
     assert explicit_hits / explicit_total >= 0.98
-    assert chat_skipped / chat_total >= 0.90
+    assert implicit_hits / implicit_total >= 0.98
+    assert chat_skipped / chat_total >= 0.85
+
+
+# --- the held-out round ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "size"), list(zip(HELDOUT_ROUNDS, (250, 120), strict=True)))
+def test_a_held_out_round_is_new_and_covers_every_language(path, size):
+    heldout = load_labelled(path)
+    assert len(heldout) >= size
+    assert {(m["lang"], m["label"]) for m in heldout} == {
+        (lang, label) for lang in (*CORPUS_LANGUAGES, "mixed") for label in LABELS
+    }
+    texts = [m["text"] for m in heldout]
+    assert len(set(texts)) == len(texts)
+    others = [m["text"] for other in HELDOUT_ROUNDS if other != path for m in load_labelled(other)]
+    tuned_on = {m.text for m in load_corpus()} | {m["text"] for m in load_labelled(TUNING)}
+    assert [text for text in texts if text in tuned_on.union(others)] == []
+
+
+@pytest.mark.parametrize("path", HELDOUT_ROUNDS, ids=lambda path: path.stem)
+def test_a_held_out_round_meets_the_targets(path):
+    """The regression guard for the README's table, whose numbers were measured on each round
+    before any change made after looking at it."""
+    gate = IntentGate()
+    heldout = load_labelled(path)
+    passed = {m["text"]: gate.matches(m["text"]) for m in heldout}
+    of = lambda label: [m for m in heldout if m["label"] == label]  # noqa: E731
+    explicit = share(of("explicit"), lambda m: passed[m["text"]])
+    implicit = share(of("implicit"), lambda m: passed[m["text"]])
+    skipped = share(of("chitchat"), lambda m: not passed[m["text"]])
+    print(f"\nheld-out: explicit {percent(explicit)}, implicit {percent(implicit)}, "
+          f"chit-chat skipped {percent(skipped)}")
+    print("misclassified:", *[(m["lang"], m["label"], m["text"]) for m in heldout
+                              if passed[m["text"]] == (m["label"] == "chitchat")], sep="\n  ")
+    assert explicit[0] / explicit[1] >= 0.98
+    assert implicit[0] / implicit[1] >= 0.90
+    assert skipped[0] / skipped[1] >= 0.80
 
 
 # --- what is and is not an intent --------------------------------------------------------
@@ -110,18 +164,60 @@ def test_recall_and_skip_rate_on_the_corpus_meet_the_targets():
 @pytest.mark.parametrize(
     "text",
     [
-        "Do you remember what I said?",
-        "I can't remember the movie's name.",
-        "There's a memory leak in my code.",
-        "Remember when we went to Rome?",
-        "What do you remember about me?",
-        "I always forget to water my plants.",
-        "How much memory does this laptop have?",
         "",
+        "Thanks, that was helpful!",
+        "ok cool 👍",
+        "What's the weather like in Lisbon in May?",
+        "How do I reverse a list in Python?",
+        "Can you help me write a cover letter?",
+        "Summarize this article for me.",
+        "Translate this to Spanish: I love my cat.",
+        "Why is my code so slow?\n```\nfor i in range(10**9): pass\n```",
+        "谢谢，很有帮助！",
+        "帮我把这句话翻译成英文：我很喜欢这个城市。",
+        "Как приготовить борщ?",
+        "Spiegami la fotosintesi.",
+        "¿Qué hora es en Tokio?",
+        "Donne-moi une recette de quiche.",
+        "Erzähl mir einen Witz.",
+        "Me indica uma série boa.",
+        "ブラックホールとは何ですか？",
     ],
 )
-def test_talk_about_memory_is_not_an_intent(text):
+def test_small_talk_is_skipped(text):
     assert IntentGate().reason(text) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # first-person facts, alone or inside a question or a task
+        "I live in Lyon, what should I see?",
+        "Vegan here, what can I cook tonight?",
+        "Can you suggest recipes? No nuts, my son is allergic.",
+        "fix this SQL, and btw I use Postgres 16",
+        "Sono celiaco, cosa posso mangiare?",
+        "Mi hijo es alérgico, ¿qué le doy?",
+        "娘がナッツアレルギーなんだけど、おやつは何がいい？",
+        "妊娠中ですが、寿司は食べても大丈夫ですか？",
+        "怀孕了，能吃寿司吗？",
+        "Переехал в Казань, что посмотреть?",
+        # statements and fragments it does not recognise (pro-drop languages state facts
+        # without a pronoun: "I'm diabetic", "pregnant, 5 months")
+        "Soy diabética tipo 1.",
+        "妊娠5ヶ月です。",
+        "The heating is broken since Monday.",
+        # words that start a task in one language and a fact in another, once accents are
+        # gone (Portuguese "dá", Italian "da"), and "name" that is not the verb
+        "Da settembre insegno alle medie.",
+        "Name's Bob, by the way.",
+        # talk about memory: the agent decides, the gate does not guess
+        "Do you remember what I said?",
+        "What do you remember about me?",
+    ],
+)
+def test_anything_not_recognised_as_small_talk_passes(text):
+    assert IntentGate().reason(text) == UNRECOGNISED
 
 
 @pytest.mark.parametrize(
@@ -153,9 +249,13 @@ def test_requests_and_updates_are_intents_in_their_language(text, language):
 
 def test_trigger_phrases_match_as_substrings_ignoring_case_and_accents():
     text = "Onthoud DÁT ik vegetariër ben."
-    assert IntentGate().reason(text) is None
+    assert IntentGate().reason(text) == UNRECOGNISED  # it passes, but is not recognised
     assert IntentGate(["onthoud dat"]).reason(text) == "phrase"
     assert IntentGate(["Ｏnthoud dát"]).reason(text) == "phrase"  # the phrase is normalized too
+    # A phrase opens the gate even for what would be skipped as small talk.
+    small_talk = "What's the weather like in Lisbon in May?"
+    assert IntentGate().reason(small_talk) is None
+    assert IntentGate(["LISBON"]).reason(small_talk) == "phrase"
 
 
 def test_normalization():
@@ -171,8 +271,12 @@ def test_a_long_message_is_read_at_both_ends():
     gate = IntentGate()
     assert gate.reason(f"Remember that I'm vegetarian. {padding}") == "en"
     assert gate.reason(f"{padding} Remember that I'm vegetarian.") == "en"
-    # A request buried in the middle of a long paste is not looked for: the gate stays cheap.
-    assert gate.reason(f"{padding} Remember that I'm vegetarian. {padding}") is None
+    # A request buried in the middle of a long paste is not looked for (the gate stays
+    # cheap), but such a message is no small talk, so it still passes.
+    assert gate.reason(f"{padding} Remember that I'm vegetarian. {padding}") == UNRECOGNISED
+    # Small talk is looked for only in messages of up to MAX_SMALL_TALK_CHARS.
+    assert gate.reason("Why is the sky blue? " * (MAX_SMALL_TALK_CHARS // 21)) is None
+    assert gate.reason("Why is the sky blue? " * (MAX_SMALL_TALK_CHARS // 21 + 1)) == UNRECOGNISED
 
 
 # --- config ------------------------------------------------------------------------------
@@ -278,6 +382,7 @@ def test_the_gate_benchmark_runs():
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "## Intent gate: agent calls on a 12-message conversation" in result.stdout
     assert "| intent |" in result.stdout
+    assert "## Intent gate: the held-out rounds" in result.stdout
 
 
 def test_a_newest_message_without_text_keeps_the_gate_shut(upstream, chat_sections, make_client):

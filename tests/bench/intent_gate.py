@@ -4,11 +4,15 @@ Plays one scripted 50-message conversation (mostly chit-chat, some memory reques
 implicit updates, some talk about memory, in several languages) through `POST /chat` of
 two kvmem apps on a scripted upstream: `trigger: always` and `trigger: intent`. Counts the
 agent's model calls and the tokens of their input, checks which memory messages reached
-the agent, and times the gate alone. Prints markdown tables; asserts nothing.
+the agent, and times the gate alone. Then measures the gate on the held-out round
+(tests/data/intent_heldout.jsonl, never used to tune it): explicit requests and implicit
+updates passed, chit-chat skipped, per language; and the second round
+(intent_heldout2.jsonl) in all. Prints markdown tables; asserts nothing.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import sys
@@ -141,6 +145,38 @@ def gate_timing(conversation: list[tuple[str, str]], repeats: int) -> tuple[floa
     return statistics.median(samples), max(samples)
 
 
+DATA = Path(__file__).resolve().parents[1] / "data"
+HELDOUT_ROUNDS = (DATA / "intent_heldout.jsonl", DATA / "intent_heldout2.jsonl")
+HELDOUT_LANGUAGES = ("en", "zh", "ru", "it", "es", "fr", "de", "pt", "ja", "mixed")
+
+
+def heldout_table() -> list[str]:
+    """Markdown rows: the gate's decisions on the held-out rounds: the first per language and
+    in all, the second in all."""
+    gate = IntentGate()
+    first, second = (
+        [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        for path in HELDOUT_ROUNDS
+    )
+
+    def cells(selected: list[dict[str, str]]) -> str:
+        out = []
+        for label, wanted in (("explicit", True), ("implicit", True), ("chitchat", False)):
+            of = [m for m in selected if m["label"] == label]
+            hits = sum(gate.matches(m["text"]) == wanted for m in of)
+            out.append(f"{100 * hits / len(of):.1f} % ({hits}/{len(of)})" if of else "-")
+        return " | ".join(out)
+
+    rows = ["| messages | explicit requests passed | implicit updates passed | chit-chat skipped |",
+            "|---|---:|---:|---:|",
+            f"| round 1, all ({len(first)}) | {cells(first)} |"]
+    for lang in HELDOUT_LANGUAGES:
+        selected = [m for m in first if m["lang"] == lang]
+        rows.append(f"| round 1, {lang} ({len(selected)}) | {cells(selected)} |")
+    rows.append(f"| round 2, all ({len(second)}) | {cells(second)} |")
+    return rows
+
+
 def main() -> int:
     """Run both plays and print the tables (`--quick`: the first 12 messages, to prove it runs)."""
     quick = "--quick" in sys.argv
@@ -173,6 +209,8 @@ def main() -> int:
           f"agent input tokens ({1 - intent['input_tokens'] / always['input_tokens']:.0%}).")
     median, worst = gate_timing(conversation, 20 if quick else 2000)
     print(f"Gate time per message: median {median:.0f} µs, max {worst:.0f} µs.")
+    print("\n## Intent gate: the held-out rounds\n")
+    print(*heldout_table(), sep="\n")
     return 0
 
 
