@@ -1,7 +1,9 @@
-"""The `kvmem` command: serve, check the config, migrate, edit memory and manage keys.
+"""The `kvmem` command: serve, check the config, migrate, edit memory, manage keys, and
+evaluate the memory agent (`kvmem eval`).
 
 Only this module knows click. It imports neither litellm nor tiktoken at import time (a test
-checks it), so `kvmem memory list` starts fast; `serve` imports the app when it runs.
+checks it), so `kvmem memory list` starts fast; `serve` imports the app and `eval` its
+machinery when they run.
 Exit codes: 0 success, 1 a failed operation, 2 bad usage or config.
 """
 

@@ -199,11 +199,24 @@ def _failure_lines(result: ScenarioResult, repeat: int) -> list[str]:
     lines.append(f"    the agent wrote: {'; '.join(done) or 'nothing'}")
     for number, answer in enumerate(result.answers, 1):
         if "tool_calls" in answer:
-            asked = "; ".join(f"{c['name']}({c['arguments']})" for c in answer["tool_calls"])
+            asked = "; ".join(_call_text(c["name"], c["arguments"]) for c in answer["tool_calls"])
         else:
             asked = json.dumps(answer.get("content") or "", ensure_ascii=False)
         lines.append(f"    model call {number} answered: {asked}")
     return lines
+
+
+def _call_text(name: str | None, arguments: str | None) -> str:
+    """A tool call as `set_memory(key="k", value="v")`, or with its arguments as sent when
+    they are not a JSON object."""
+    try:
+        parsed = json.loads(arguments or "")
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        return f"{name}({arguments})"
+    shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in parsed.items())
+    return f"{name}({shown})"
 
 
 @dataclass(frozen=True)
