@@ -49,7 +49,7 @@ class Message(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     role: Literal["system", "user", "assistant"]
-    content: str
+    content: str = Field(min_length=1)
 
 
 class Expectation(BaseModel):
