@@ -21,12 +21,12 @@ from kvmem.agent_tools import tool_definitions
 from kvmem.cli import main
 from kvmem.config import Config
 from kvmem.eval_report import evaluation_json, evaluation_text
-from kvmem.eval_suite import CATEGORIES, Scenario, Suite, builtin_suite, load_suite
+from kvmem.eval_suite import CATEGORIES, Expectation, Suite, builtin_suite, load_suite
 from kvmem.evaluation import Evaluation, ScenarioResult, eval_config
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
 from kvmem.store import Entry
 from kvmem.tokens import TokenCounter
-from tests.support.apps import AGENT_MODEL, set_memory
+from tests.support.apps import AGENT_MODEL, Containing, set_memory
 from tests.support.eval_agents import PLANTED, injecting_agent, perfect_agent, scenario_of
 from tests.support.upstream import Reply, ScriptedUpstream
 
@@ -264,6 +264,39 @@ def test_validation_limits_and_the_corrective_call_are_production_s(
         f'    model call 1 answered: set_memory(key="food", value="{"gluten " * 10}")\n'
         f'    model call 2 answered: set_memory(key="food", value="{"gluten " * 10}")'
     )
+
+
+def test_a_run_that_fails_fails_its_scenario_even_when_nothing_was_expected(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter, tmp_path: Path,
+) -> None:
+    suite = load_suite(write_suite(tmp_path, [{**GLUTEN, "id": "chat", "category": "chit_chat",
+                                               "expect": {"no_writes": True}}]))
+    upstream.script(AGENT_MODEL, Reply(status=500, error={"error": {"message": "overloaded"}}))
+    config = eval_config(Config.model_validate(chat_sections()))
+    [result] = anyio.run(Evaluation(config, suite, tokens=tokens).run)
+    assert (result.passed, result.state, result.model_calls, result.answers) == (
+        False, "failed", 1, ()
+    )
+    assert result.problems == (Containing("the agent run ended failed: "),)
+    assert "overloaded" in result.problems[0]
+
+
+def test_substrings_match_ignoring_case_and_a_list_is_any_of_its_strings() -> None:
+    expect = Expectation.model_validate({
+        "set": {"diet": ["VEGAN", ["Nüsse", "Nuss"]]}, "deleted": ["phone"],
+        "unchanged": ["work", "pets"],
+    })
+    before = {"phone": "123", "work": "Baker"}
+    assert expect.problems(before, {"diet": "vegan, keine nussallergie", "work": "Baker"}, 1) == []
+    assert expect.problems(before, {"diet": "Vegetarian", "phone": "123", "pets": "cat"}, 2) == [
+        'diet: "Vegetarian" lacks "VEGAN"',
+        'diet: "Vegetarian" lacks "Nüsse" or "Nuss"',
+        "phone: not deleted",
+        "work: changed to null",
+        'pets: changed to "cat"',
+    ]
+    assert Expectation(no_writes=True).problems({}, {}, 1) == ["expected no writes; the agent made 1"]
 
 
 # --- the command ------------------------------------------------------------------------
