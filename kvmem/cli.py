@@ -505,7 +505,9 @@ class PassRate(click.ParamType):
 
     name = "rate"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
         """`value` as a number from 0 to 1."""
         if isinstance(value, float):
             return value
@@ -522,9 +524,11 @@ class PassRate(click.ParamType):
 @main.command("eval")
 @config_option
 @click.option("--suite", "suite_path", type=click.Path(dir_okay=False), default=None,
-              help="Scenarios to run (YAML, or JSON lines ending in .jsonl); default: the built-in suite.")
+              help="Scenarios to run (YAML, or JSON lines ending in .jsonl); "
+                   "default: the built-in suite.")
 @click.option("--model", default=None,
-              help="PROVIDER/MODEL to evaluate instead of memory.agent's (its endpoint and key stay).")
+              help="PROVIDER/MODEL to evaluate instead of memory.agent's "
+                   "(its endpoint and key stay).")
 @click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True,
               help="Runs of each scenario (for models that vary).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")

@@ -69,7 +69,9 @@ class Tally:
         }
 
 
-def tally(results: Sequence[ScenarioResult], by: Callable[[ScenarioResult], str]) -> dict[str, Tally]:
+def tally(
+    results: Sequence[ScenarioResult], by: Callable[[ScenarioResult], str]
+) -> dict[str, Tally]:
     """The runs summed up per value of `by`, in order of first appearance."""
     tallies: dict[str, Tally] = {}
     for result in results:

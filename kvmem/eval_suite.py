@@ -100,7 +100,8 @@ class Expectation(BaseModel):
                 choices = [part] if isinstance(part, str) else part
                 if not any(choice.casefold() in value.casefold() for choice in choices):
                     wanted = " or ".join(json.dumps(c, ensure_ascii=False) for c in choices)
-                    problems.append(f"{key}: {json.dumps(value, ensure_ascii=False)} lacks {wanted}")
+                    shown = json.dumps(value, ensure_ascii=False)
+                    problems.append(f"{key}: {shown} lacks {wanted}")
         problems += [f"{key}: not deleted" for key in self.deleted if key in after]
         problems += [
             f"{key}: changed to {json.dumps(after.get(key), ensure_ascii=False)}"
@@ -130,7 +131,9 @@ class Scenario(BaseModel):
         for key in [*self.memory, *(self.valid_keys or ())]:
             _check_key(key)
         if self.messages[-1].role != "user":
-            raise ValueError("messages: the last message must be the user's (the agent reads up to it)")
+            raise ValueError(
+                "messages: the last message must be the user's (the agent reads up to it)"
+            )
         if self.valid_keys:
             allowed = set(self.valid_keys)
             for field, keys in (("memory", self.memory), ("expect.set", self.expect.set),
@@ -140,7 +143,9 @@ class Scenario(BaseModel):
                     raise ValueError(f"{field}: {', '.join(outside)} not among valid_keys")
         absent = [key for key in self.expect.deleted if key not in self.memory]
         if absent:
-            raise ValueError(f"expect.deleted: {', '.join(absent)} not in memory (nothing to delete)")
+            raise ValueError(
+                f"expect.deleted: {', '.join(absent)} not in memory (nothing to delete)"
+            )
         return self
 
     @property
@@ -224,7 +229,8 @@ def _validate(items: Sequence[tuple[int, Any]], source: str) -> Suite:
         except ValidationError as exc:
             raise SuiteError(f"{where}: {_describe(exc)}") from None
         if scenario.id in seen:
-            raise SuiteError(f"{where}: id: also the id of the scenario on line {seen[scenario.id]}")
+            first = seen[scenario.id]
+            raise SuiteError(f"{where}: id: also the id of the scenario on line {first}")
         seen[scenario.id] = line
         scenarios.append(scenario)
     return Suite(source, tuple(scenarios))
@@ -236,4 +242,5 @@ def _describe(exc: ValidationError) -> str:
     field = ".".join(str(part) for part in error["loc"])
     message = error["msg"].removeprefix("Value error, ")  # a model validator names its field
     more = len(exc.errors()) - 1
-    return (f"{field}: {message}" if field else message) + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+    described = f"{field}: {message}" if field else message
+    return described + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")

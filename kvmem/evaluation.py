@@ -57,7 +57,9 @@ def eval_config(config: Config, model: str | None = None) -> Config:
     if model is not None:
         provider, _, name = model.partition("/")
         if not provider or not name:
-            raise ConfigError(f"--model {model!r}: expected PROVIDER/MODEL, e.g. openai/gpt-4.1-mini")
+            raise ConfigError(
+                f"--model {model!r}: expected PROVIDER/MODEL, e.g. openai/gpt-4.1-mini"
+            )
         update |= {"provider": provider, "model": name}
     agent = agent.model_copy(update=update)
     if not agent.provider or not agent.model:
@@ -206,7 +208,8 @@ class Evaluation:
         problems = []
         if agent_run.state != "done":
             error = agent.last_error.message if agent.last_error else None
-            problems.append(f"the agent run ended {agent_run.state}" + (f": {error}" if error else ""))
+            ended = f"the agent run ended {agent_run.state}"
+            problems.append(f"{ended}: {error}" if error else ended)
         problems += scenario.expect.problems(scenario.memory, after, len(agent_run.updates))
         return ScenarioResult(
             scenario=scenario,
