@@ -567,9 +567,14 @@ def evaluate(
             sys.exit(1)
         return
 
+    import logging
+
     import anyio
 
     from kvmem.eval_report import evaluation_json, evaluation_text
+
+    # A failed run's error is in the report; the agent's own warning would say it again.
+    logging.getLogger("kvmem.agent").setLevel(logging.ERROR)
     from kvmem.evaluation import Evaluation, eval_config
 
     try:

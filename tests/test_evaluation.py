@@ -28,6 +28,7 @@ from kvmem.store import Entry
 from kvmem.tokens import TokenCounter
 from tests.support.apps import AGENT_MODEL, Containing, set_memory
 from tests.support.eval_agents import PLANTED, injecting_agent, perfect_agent, scenario_of
+from tests.support.processes import run
 from tests.support.upstream import Reply, ScriptedUpstream
 
 BUILTIN = builtin_suite()
@@ -383,6 +384,20 @@ def test_json_repeat_and_model(upstream: ScriptedUpstream, folder: Path) -> None
         "scenarios": [{**run, "run": 1}, {**run, "run": 2}],
     }
     assert [r.model for r in upstream.requests] == ["other-model", "other-model"]
+
+
+def test_a_failed_run_is_reported_once_with_its_error(
+    upstream: ScriptedUpstream, folder: Path
+) -> None:
+    suite = write_suite(folder, [CHAT])
+    upstream.script(AGENT_MODEL, Reply(status=500, error={"error": {"message": "overloaded"}}))
+    # A real process: pytest's log capture would hide a warning logged in this one.
+    shown = run(["--config", "memory.yaml", "eval", "--suite", str(suite)], cwd=folder)
+    assert (shown.code, shown.stderr) == (0, "")
+    failure = shown.stdout.split("failures (1):\n")[1].splitlines()
+    assert failure[:2] == ["- thanks (chit_chat)", "    message: Danke dir, das war's!"]
+    assert failure[2].startswith("    wrong: the agent run ended failed: ") and "overloaded" in failure[2]
+    assert failure[3:] == ["    the agent wrote: nothing"]
 
 
 def test_without_an_agent_model_or_with_memory_the_config_refuses_it_exits_2(
