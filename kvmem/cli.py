@@ -572,17 +572,20 @@ def evaluate(
     import anyio
 
     from kvmem.eval_report import evaluation_json, evaluation_text
-
-    # A failed run's error is in the report; the agent's own warning would say it again.
-    logging.getLogger("kvmem.agent").setLevel(logging.ERROR)
     from kvmem.evaluation import Evaluation, eval_config
 
+    # A failed run's error is in the report; the agent's own warning would say it again.
+    agent_log = logging.getLogger("kvmem.agent")
+    level = agent_log.level
+    agent_log.setLevel(logging.ERROR)
     try:
         config = eval_config(loaded.config, model)
         evaluation = Evaluation(config, suite, repeat=repeat, concurrency=concurrency)
         results = anyio.run(evaluation.run)
     except (ConfigError, SuiteError) as exc:
         fail(f"{loaded.path}: {exc}" if isinstance(exc, ConfigError) else str(exc), 2)
+    finally:
+        agent_log.setLevel(level)  # as it was (for a caller that runs the command in-process)
     facts = {"suite": suite.source, "model": evaluation.target.model,
              "mode": config.memory.agent.mode if config.memory.agent else "tools", "repeat": repeat}
     if as_json:

@@ -4,6 +4,7 @@ scoring, the built-in suite, the report, exit codes, bad suite files and the int
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -28,7 +29,6 @@ from kvmem.store import Entry
 from kvmem.tokens import TokenCounter
 from tests.support.apps import AGENT_MODEL, Containing, set_memory
 from tests.support.eval_agents import PLANTED, injecting_agent, perfect_agent, scenario_of
-from tests.support.processes import run
 from tests.support.upstream import Reply, ScriptedUpstream
 
 BUILTIN = builtin_suite()
@@ -387,13 +387,15 @@ def test_json_repeat_and_model(upstream: ScriptedUpstream, folder: Path) -> None
 
 
 def test_a_failed_run_is_reported_once_with_its_error(
-    upstream: ScriptedUpstream, folder: Path
+    upstream: ScriptedUpstream, folder: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     suite = write_suite(folder, [CHAT])
     upstream.script(AGENT_MODEL, Reply(status=500, error={"error": {"message": "overloaded"}}))
-    # A real process: pytest's log capture would hide a warning logged in this one.
-    shown = run(["--config", "memory.yaml", "eval", "--suite", str(suite)], cwd=folder)
-    assert (shown.code, shown.stderr) == (0, "")
+    shown = kvmem(folder, "eval", "--suite", str(suite))
+    assert (shown.exit_code, shown.stderr) == (0, "")
+    # Not again as the agent's warning; and the agent's logger is as it was afterwards.
+    assert [r.name for r in caplog.records if r.name.startswith("kvmem")] == []
+    assert logging.getLogger("kvmem.agent").level == logging.NOTSET
     failure = shown.stdout.split("failures (1):\n")[1].splitlines()
     assert failure[:2] == ["- thanks (chit_chat)", "    message: Danke dir, das war's!"]
     assert failure[2].startswith("    wrong: the agent run ended failed: ") and "overloaded" in failure[2]
