@@ -313,7 +313,7 @@ def kvmem(folder: Path, *args: str) -> Result:
 def folder(tmp_path: Path, chat_sections: Callable[..., dict[str, Any]]) -> Path:
     """A memory.yaml whose agent is the scripted upstream and whose database must stay
     untouched by an evaluation."""
-    sections = chat_sections(agent={"trigger_phrases": ["zettel"]})
+    sections = chat_sections(agent={"trigger_phrases": ["sky blue"]})
     sections["database"] = {"url": f"sqlite:///{tmp_path / 'configured.db'}"}
     (tmp_path / "memory.yaml").write_text(json.dumps(sections), encoding="utf-8")
     return tmp_path
@@ -469,9 +469,10 @@ def test_a_bad_suite_file_exits_2_naming_the_file_line_scenario_and_field(
 
 GATE_SUITE = [
     {**GLUTEN, "id": "asks"},
-    {**GLUTEN, "id": "phrase", "messages": [{"role": "user", "content": "Zettel: I can't eat gluten"}]},
     {**GLUTEN, "id": "mentions", "messages": [{"role": "user", "content": "gluten-free pasta recipes?"}]},
     {**CHAT, "id": "hello", "messages": [{"role": "user", "content": "hello, how are you today?"}]},
+    # Small talk the gate skips, but memory.agent.trigger_phrases has "sky blue".
+    {**CHAT, "id": "phrase", "messages": [{"role": "user", "content": "why is the sky blue?"}]},
     {**CHAT, "id": "question", "messages": [{"role": "user", "content": "Please remember that I'm vegetarian"}]},
 ]
 
@@ -484,23 +485,24 @@ def test_gate_reports_recall_on_memory_requests_and_skip_rate_on_chit_chat(
     assert (shown.exit_code, shown.stderr) == (0, "")
     assert json.loads(shown.stdout) == {
         "suite": suite,
-        "memory_requests": 3, "recall": 0.6667, "chit_chat": 2, "skip_rate": 0.5,
-        "categories": {"routing": {"opens": 2, "skips": 1}, "chit_chat": {"opens": 1, "skips": 1}},
+        "memory_requests": 2, "recall": 0.5, "chit_chat": 3, "skip_rate": 0.3333,
+        "categories": {"routing": {"opens": 1, "skips": 1}, "chit_chat": {"opens": 2, "skips": 1}},
         "missed_requests": ["mentions"],
-        "chit_chat_let_through": ["question"],
+        "chit_chat_let_through": ["phrase", "question"],
     }
-    text = kvmem(folder, "eval", "--gate", "--suite", suite, "--min-pass", "0.7")
+    text = kvmem(folder, "eval", "--gate", "--suite", suite, "--min-pass", "0.6")
     assert (text.exit_code, text.stdout) == (1, (
         f"kvmem eval --gate: the intent gate on the newest user message of each of the 5 "
         f"scenarios of suite {suite} (no model calls)\n"
-        "recall on memory requests: 66.7 % (2 of 3 scenarios that expect a write)\n"
-        "skip rate on chit-chat: 50.0 % (1 of 2 chit_chat scenarios)\n"
-        "opens the gate, per category: routing 2/3, chit_chat 1/2\n"
+        "recall on memory requests: 50.0 % (1 of 2 scenarios that expect a write)\n"
+        "skip rate on chit-chat: 33.3 % (1 of 3 chit_chat scenarios)\n"
+        "opens the gate, per category: routing 1/2, chit_chat 2/3\n"
         "\n"
         "memory requests the gate would skip (the agent never sees them):\n"
         "- mentions: gluten-free pasta recipes?\n"
         "\n"
         "chit-chat the gate lets through (a model call each):\n"
+        "- phrase: why is the sky blue?\n"
         "- question: Please remember that I'm vegetarian\n"
     ))
     assert upstream.requests == []
