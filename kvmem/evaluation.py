@@ -196,7 +196,7 @@ class Evaluation:
             window = [ChatLine(m.role, m.content) for m in scenario.messages]
             started = time.monotonic()
             deadline = started + self.target.timeout * MAX_MODEL_CALLS + DEADLINE_MARGIN_SECONDS
-            agent_run = await service.start_agent(user_id, f"eval-{scenario.id}", window, deadline)
+            agent_run = await service.start_agent(user_id, user_id, window, deadline)
             if agent_run.task is not None:
                 await asyncio.wait({agent_run.task})
             latency = time.monotonic() - started

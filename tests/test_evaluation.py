@@ -297,7 +297,9 @@ def test_substrings_match_ignoring_case_and_a_list_is_any_of_its_strings() -> No
         "work: changed to null",
         'pets: changed to "cat"',
     ]
-    assert Expectation(no_writes=True).problems({}, {}, 1) == ["expected no writes; the agent made 1"]
+    assert Expectation(no_writes=True).problems({}, {}, 1) == [
+        "expected no writes; the agent made 1"
+    ]
 
 
 # --- the command ------------------------------------------------------------------------
@@ -338,7 +340,8 @@ def test_the_table_the_failures_and_min_pass_as_exit_code(
     shown = kvmem(folder, "eval", "--suite", suite, "--min-pass", "50%")
     assert (shown.exit_code, shown.stderr) == (0, "")
     assert re.sub(r"\d+\.\d\d s", "#.## s", shown.stdout) == (
-        f"kvmem eval: suite {suite} (2 scenarios, 1 run each), model openai/agent-model, mode tools\n"
+        f"kvmem eval: suite {suite} (2 scenarios, 1 run each), model openai/agent-model, "
+        "mode tools\n"
         "\n"
         "category   passed  failed  model calls  tokens  cost USD  p50 latency\n"
         "chit_chat       1       0            1      15         -       #.## s\n"
@@ -398,7 +401,8 @@ def test_a_failed_run_is_reported_once_with_its_error(
     assert logging.getLogger("kvmem.agent").level == logging.NOTSET
     failure = shown.stdout.split("failures (1):\n")[1].splitlines()
     assert failure[:2] == ["- thanks (chit_chat)", "    message: Danke dir, das war's!"]
-    assert failure[2].startswith("    wrong: the agent run ended failed: ") and "overloaded" in failure[2]
+    assert failure[2].startswith("    wrong: the agent run ended failed: ")
+    assert "overloaded" in failure[2]
     assert failure[3:] == ["    the agent wrote: nothing"]
 
 
@@ -430,29 +434,41 @@ def test_without_an_agent_model_or_with_memory_the_config_refuses_it_exits_2(
     assert upstream.requests == []
 
 
+LAST_IS_ASSISTANT = (
+    "- {id: c, category: remember, messages: [{role: assistant, content: hi}],\n"
+    "   expect: {no_writes: true}}\n"
+)
+
+
 @pytest.mark.parametrize(
     ("name", "text", "problem"),
     [
-        ("bad.jsonl", json.dumps(CHAT) + "\n{not json\n", "line 2: not valid JSON: Expecting property name enclosed in double quotes"),
+        ("bad.jsonl", json.dumps(CHAT) + "\n{not json\n",
+         ", line 2: not valid JSON: Expecting property name enclosed in double quotes"),
         ("typo.jsonl", json.dumps({**CHAT, "category": "chitchat"}) + "\n",
-         "line 1 (scenario 'thanks'): category: Input should be 'remember', 'update', 'forget', "
-         "'chit_chat', 'implicit', 'language', 'injection' or 'routing'"),
+         ", line 1 (scenario 'thanks'): category: Input should be 'remember', 'update', "
+         "'forget', 'chit_chat', 'implicit', 'language', 'injection' or 'routing'"),
         ("twice.jsonl", json.dumps(CHAT) + "\n\n" + json.dumps(CHAT) + "\n",
-         "line 3 (scenario 'thanks'): id: also the id of the scenario on line 1"),
-        ("empty.yaml", "", "the suite has no scenarios"),
+         ", line 3 (scenario 'thanks'): id: also the id of the scenario on line 1"),
+        ("empty.yaml", "", ": the suite has no scenarios"),
         ("mapping.yaml", "remember: []\n",
-         "expected a list of scenarios (or a mapping with `scenarios:`)"),
-        ("field.yaml", "scenarios:\n- id: a\n  category: forget\n  messages: [{role: user, content: forget my job}]\n"
-         "  expect: {deleted: [job]}\n",
-         "line 2 (scenario 'a'): expect.deleted: job not in memory (nothing to delete)"),
-        ("nothing.yaml", "- {id: b, category: remember, messages: [{role: user, content: hi}], expect: {}}\n",
-         "line 1 (scenario 'b'): expect: nothing expected: give set, deleted, unchanged or no_writes"),
-        ("last.yaml", "- {id: c, category: remember, messages: [{role: assistant, content: hi}], expect: {no_writes: true}}\n",
-         "line 1 (scenario 'c'): messages: the last message must be the user's (the agent reads up to it)"),
-        ("keys.yaml", "- {id: d, category: routing, valid_keys: [work], messages: [{role: user, content: x}],\n"
+         ": expected a list of scenarios (or a mapping with `scenarios:`)"),
+        ("field.yaml",
+         "scenarios:\n- id: a\n  category: forget\n"
+         "  messages: [{role: user, content: forget my job}]\n  expect: {deleted: [job]}\n",
+         ", line 2 (scenario 'a'): expect.deleted: job not in memory (nothing to delete)"),
+        ("nothing.yaml",
+         "- {id: b, category: remember, messages: [{role: user, content: hi}], expect: {}}\n",
+         ", line 1 (scenario 'b'): expect: nothing expected: give set, deleted, unchanged "
+         "or no_writes"),
+        ("last.yaml", LAST_IS_ASSISTANT,
+         ", line 1 (scenario 'c'): messages: the last message must be the user's "
+         "(the agent reads up to it)"),
+        ("keys.yaml",
+         "- {id: d, category: routing, valid_keys: [work], messages: [{role: user, content: x}],\n"
          "   expect: {set: {food: [x]}}}\n",
-         "line 1 (scenario 'd'): expect.set: food not among valid_keys"),
-        ("missing.yaml", None, "cannot read the suite file: No such file or directory"),
+         ", line 1 (scenario 'd'): expect.set: food not among valid_keys"),
+        ("missing.yaml", None, ": cannot read the suite file: No such file or directory"),
     ],
 )
 def test_a_bad_suite_file_exits_2_naming_the_file_line_scenario_and_field(
@@ -462,18 +478,22 @@ def test_a_bad_suite_file_exits_2_naming_the_file_line_scenario_and_field(
         (folder / name).write_text(text, encoding="utf-8")
     shown = kvmem(folder, "eval", "--suite", str(folder / name))
     assert (shown.exit_code, shown.stdout, shown.stderr) == (
-        2, "", f"kvmem: {folder / name}{'' if problem.startswith('line') else ':'}"
-               f"{', ' if problem.startswith('line') else ' '}{problem}\n",
+        2, "", f"kvmem: {folder / name}{problem}\n"
     )
+
+
+def said(text: str) -> list[dict[str, str]]:
+    """A chat of one user message."""
+    return [{"role": "user", "content": text}]
 
 
 GATE_SUITE = [
     {**GLUTEN, "id": "asks"},
-    {**GLUTEN, "id": "mentions", "messages": [{"role": "user", "content": "gluten-free pasta recipes?"}]},
-    {**CHAT, "id": "hello", "messages": [{"role": "user", "content": "hello, how are you today?"}]},
+    {**GLUTEN, "id": "mentions", "messages": said("gluten-free pasta recipes?")},
+    {**CHAT, "id": "hello", "messages": said("hello, how are you today?")},
     # Small talk the gate skips, but memory.agent.trigger_phrases has "sky blue".
-    {**CHAT, "id": "phrase", "messages": [{"role": "user", "content": "why is the sky blue?"}]},
-    {**CHAT, "id": "question", "messages": [{"role": "user", "content": "Please remember that I'm vegetarian"}]},
+    {**CHAT, "id": "phrase", "messages": said("why is the sky blue?")},
+    {**CHAT, "id": "question", "messages": said("Please remember that I'm vegetarian")},
 ]
 
 
