@@ -204,6 +204,8 @@ class Evaluation:
             snapshot = await anyio.to_thread.run_sync(store.snapshot, user_id)
         finally:
             await anyio.to_thread.run_sync(database.dispose)
+            for leftover in folder.glob(f"{path.name}*"):  # with its -wal and -shm files
+                leftover.unlink()
         after = {entry.key: entry.value for entry in snapshot.entries}
         problems = []
         if agent_run.state != "done":
