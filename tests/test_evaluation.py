@@ -25,6 +25,7 @@ from kvmem.eval_report import evaluation_json, evaluation_text
 from kvmem.eval_suite import CATEGORIES, Expectation, Suite, builtin_suite, load_suite
 from kvmem.evaluation import Evaluation, ScenarioResult, eval_config
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
+from kvmem.provider import token_prices
 from kvmem.store import Entry
 from kvmem.tokens import TokenCounter
 from tests.support.apps import AGENT_MODEL, Containing, set_memory
@@ -227,6 +228,27 @@ GLUTEN = {
 }
 
 
+CHAT = {
+    "id": "thanks", "category": "chit_chat", "language": "de", "valid_keys": ["food"],
+    "memory": {"food": "Mag Käsespätzle"},
+    "messages": [{"role": "user", "content": "Danke dir, das war's!"}],
+    "expect": {"no_writes": True},
+}
+
+
+def test_cost_comes_from_litellm_s_price_map(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter, tmp_path: Path,
+) -> None:
+    suite = load_suite(write_suite(tmp_path, [CHAT, {**CHAT, "id": "again"}]))
+    results, report = evaluate(chat_sections(agent={"model": "gpt-4.1-mini"}), tokens, suite)
+    prices = token_prices("openai/gpt-4.1-mini")
+    assert prices is not None
+    per_run = 10 * prices[0] + 5 * prices[1]
+    assert [r.cost_usd for r in results] == [per_run, per_run]
+    assert report["summary"]["cost_usd"] == round(2 * per_run, 6) > 0
+
+
 def test_validation_limits_and_the_corrective_call_are_production_s(
     upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
     tokens: TokenCounter, tmp_path: Path,
@@ -319,14 +341,6 @@ def folder(tmp_path: Path, chat_sections: Callable[..., dict[str, Any]]) -> Path
     sections["database"] = {"url": f"sqlite:///{tmp_path / 'configured.db'}"}
     (tmp_path / "memory.yaml").write_text(json.dumps(sections), encoding="utf-8")
     return tmp_path
-
-
-CHAT = {
-    "id": "thanks", "category": "chit_chat", "language": "de", "valid_keys": ["food"],
-    "memory": {"food": "Mag Käsespätzle"},
-    "messages": [{"role": "user", "content": "Danke dir, das war's!"}],
-    "expect": {"no_writes": True},
-}
 
 
 def test_the_table_the_failures_and_min_pass_as_exit_code(
