@@ -1,7 +1,9 @@
-"""The `kvmem` command: serve, check the config, migrate, edit memory and manage keys.
+"""The `kvmem` command: serve, check the config, migrate, edit memory, manage keys, and
+evaluate the memory agent (`kvmem eval`).
 
 Only this module knows click. It imports neither litellm nor tiktoken at import time (a test
-checks it), so `kvmem memory list` starts fast; `serve` imports the app when it runs.
+checks it), so `kvmem memory list` starts fast; `serve` imports the app and `eval` its
+machinery when they run.
 Exit codes: 0 success, 1 a failed operation, 2 bad usage or config.
 """
 
@@ -496,6 +498,103 @@ def usage(user_id: str | None, days: int) -> None:
             "totals": totals.as_json(),
         }
     )
+
+
+class PassRate(click.ParamType):
+    """A share of runs: `0.9` or `90%`."""
+
+    name = "rate"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        """`value` as a number from 0 to 1."""
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            rate = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
+        except ValueError:
+            self.fail(f"{value!r} is not a pass rate: write 0.9 or 90%", param, ctx)
+        if not 0 <= rate <= 1:
+            self.fail(f"{value!r} is not between 0 and 1 (0% and 100%)", param, ctx)
+        return rate
+
+
+@main.command("eval")
+@config_option
+@click.option("--suite", "suite_path", type=click.Path(dir_okay=False), default=None,
+              help="Scenarios to run (YAML, or JSON lines ending in .jsonl); "
+                   "default: the built-in suite.")
+@click.option("--model", default=None,
+              help="PROVIDER/MODEL to evaluate instead of memory.agent's "
+                   "(its endpoint and key stay).")
+@click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="Runs of each scenario (for models that vary).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@click.option("--min-pass", type=PassRate(), default=0.0, show_default=True,
+              help="Exit 1 when the pass rate (with --gate: the recall) is under this: 0.9 or 90%.")
+@click.option("--gate", is_flag=True,
+              help="Measure the intent gate on the suite's messages instead (no model calls).")
+@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Scenario runs in flight at once.")
+def evaluate(
+    suite_path: str | None, model: str | None, repeat: int, as_json: bool, min_pass: float,
+    gate: bool, concurrency: int,
+) -> None:
+    """Measure the memory agent's model on scenarios, each on a fresh temporary store."""
+    from kvmem.errors import SuiteError
+    from kvmem.eval_suite import builtin_suite, load_suite
+
+    loaded = loaded_config()
+    try:
+        suite = load_suite(Path(suite_path)) if suite_path else builtin_suite()
+    except SuiteError as exc:
+        fail(str(exc), 2)
+    if gate:
+        from kvmem.eval_report import GateSummary
+        from kvmem.evaluation import measure_gate
+
+        agent = loaded.config.memory.agent
+        summary = GateSummary(tuple(measure_gate(
+            suite.scenarios, agent.trigger_phrases if agent else ()
+        )))
+        if as_json:
+            print_json({"suite": suite.source, **summary.as_json()})
+        else:
+            click.echo(summary.text(suite.source))
+        if summary.recall < min_pass:
+            sys.exit(1)
+        return
+
+    import logging
+
+    import anyio
+
+    from kvmem.eval_report import evaluation_json, evaluation_text
+    from kvmem.evaluation import Evaluation, eval_config
+
+    # A failed run's error is in the report; the agent's own warning would say it again.
+    agent_log = logging.getLogger("kvmem.agent")
+    level = agent_log.level
+    agent_log.setLevel(logging.ERROR)
+    try:
+        config = eval_config(loaded.config, model)
+        evaluation = Evaluation(config, suite, repeat=repeat, concurrency=concurrency)
+        results = anyio.run(evaluation.run)
+    except (ConfigError, SuiteError) as exc:
+        fail(f"{loaded.path}: {exc}" if isinstance(exc, ConfigError) else str(exc), 2)
+    finally:
+        agent_log.setLevel(level)  # as it was (for a caller that runs the command in-process)
+    facts = {"suite": suite.source, "model": evaluation.target.model,
+             "mode": config.memory.agent.mode if config.memory.agent else "tools", "repeat": repeat}
+    if as_json:
+        print_json(evaluation_json(results, **facts))
+    else:
+        click.echo(evaluation_text(results, **facts))
+    passed = sum(result.passed for result in results)
+    if passed < min_pass * len(results):
+        sys.exit(1)
 
 
 @main.group()

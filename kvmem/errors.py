@@ -25,6 +25,7 @@
     └── UpstreamTimeout           504 upstream_timeout
 
     ConfigError                   (not an HTTP error: bad memory.yaml, exit code 2)
+    SuiteError                    (not an HTTP error: a bad `kvmem eval` suite file, exit code 2)
 
 Under `/v1/` the same body also carries OpenAI's `type` and `param` (`openai_error_body`), so
 that OpenAI's SDKs raise the right exception class.
@@ -253,6 +254,11 @@ def openai_error_body(exc: KvmemError) -> dict[str, Any]:
 
 class ConfigError(Exception):
     """memory.yaml cannot be read or is invalid; the message names the file and the field."""
+
+
+class SuiteError(Exception):
+    """A `kvmem eval` suite cannot be read, is invalid, or cannot be set up; the message
+    names the file, the line and scenario, and the field."""
 
 
 # How many of a body's problems an error message names before it says "and N more".

@@ -1,8 +1,9 @@
 """A scripted OpenAI-compatible upstream: a real HTTP server on 127.0.0.1 for the tests.
 
 kvmem reaches it through litellm's real code path. Each test scripts, per model name, the
-replies (text, tool calls, latency, errors, streamed chunks, broken connections) and reads
-back what the upstream received, when, and whether the client went away.
+replies (text, tool calls, latency, errors, streamed chunks, broken connections), or a
+responder that answers each request by reading it, and reads back what the upstream
+received, when, and whether the client went away.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import socket
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -83,6 +85,7 @@ class ScriptedUpstream:
         self.dropped = 0  # requests reset by `drop_idle_after`
         self._replies: dict[str, deque[Reply]] = defaultdict(deque)
         self._defaults: dict[str, Reply] = {}
+        self._responders: dict[str, Callable[[Received], Reply]] = {}
         self.requests: list[Received] = []
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -125,6 +128,12 @@ class ScriptedUpstream:
         with self._lock:
             self._defaults[model] = reply
 
+    def respond(self, model: str, responder: Callable[[Received], Reply]) -> None:
+        """Answer requests for `model` (once its queue is empty) with `responder(request)`:
+        a scripted model that reads what it was sent. It runs on the server's thread."""
+        with self._lock:
+            self._responders[model] = responder
+
     def received(self, model: str) -> list[Received]:
         """The requests that named `model`, in arrival order."""
         with self._lock:
@@ -152,12 +161,15 @@ class ScriptedUpstream:
                 self._changed.wait(remaining)
         return request
 
-    def _next(self, model: str) -> Reply:
+    def _next(self, received: Received) -> Reply:
         with self._lock:
-            queue = self._replies.get(model)
+            queue = self._replies.get(received.model)
             if queue:
                 return queue.popleft()
-            return self._defaults.get(model, Reply())
+            responder = self._responders.get(received.model)
+            if responder is None:
+                return self._defaults.get(received.model, Reply())
+        return responder(received)
 
     def _record(self, received: Received) -> None:
         with self._changed:
@@ -230,7 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
             started=time.monotonic(),
         )
         self.owner._record(received)
-        reply = self.owner._next(received.model)
+        reply = self.owner._next(received)
         try:
             if self._wait(reply.delay):
                 self.owner._ended(received, disconnected=True)

@@ -1,0 +1,542 @@
+"""`kvmem eval`: the memory agent's real path on scenarios against the scripted upstream,
+scoring, the built-in suite, the report, exit codes, bad suite files and the intent gate."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from click.testing import CliRunner, Result
+
+from kvmem.agent_json import JSON_MODE_INSTRUCTIONS
+from kvmem.agent_run import MemoryUpdate
+from kvmem.agent_tools import tool_definitions
+from kvmem.cli import main
+from kvmem.config import Config
+from kvmem.eval_report import evaluation_json, evaluation_text
+from kvmem.eval_suite import CATEGORIES, Expectation, Suite, builtin_suite, load_suite
+from kvmem.evaluation import Evaluation, ScenarioResult, eval_config
+from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
+from kvmem.provider import token_prices
+from kvmem.store import Entry
+from kvmem.tokens import TokenCounter
+from tests.support.apps import AGENT_MODEL, Containing, set_memory
+from tests.support.eval_agents import PLANTED, injecting_agent, perfect_agent, scenario_of
+from tests.support.upstream import Reply, ScriptedUpstream
+
+BUILTIN = builtin_suite()
+
+
+class Millis:
+    """Equal to any whole number of milliseconds (latencies vary from run to run)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int) and other >= 0
+
+    def __repr__(self) -> str:
+        return "<milliseconds>"
+
+
+MS: Any = Millis()
+
+
+def evaluate(
+    sections: dict[str, Any], tokens: TokenCounter, suite: Suite = BUILTIN, **options: Any
+) -> tuple[list[ScenarioResult], dict[str, Any]]:
+    """Run an evaluation in this process; its results and its `--json` object."""
+    config = eval_config(Config.model_validate(sections))
+    evaluation = Evaluation(config, suite, tokens=tokens, concurrency=8, **options)
+    results = anyio.run(evaluation.run)
+    report = evaluation_json(
+        results, suite=suite.source, model=evaluation.target.model,
+        mode=config.memory.agent.mode if config.memory.agent else "tools",
+        repeat=options.get("repeat", 1),
+    )
+    return results, report
+
+
+def tally(passed: int, failed: int, calls: int | None = None) -> dict[str, Any]:
+    """A table row of runs that each made `calls` model calls in all (default one each),
+    with the scripted upstream's usage (10 tokens in, 5 out per call) and no price."""
+    calls = passed + failed if calls is None else calls
+    return {
+        "passed": passed, "failed": failed,
+        "pass_rate": round(passed / (passed + failed), 4),
+        "model_calls": calls, "input_tokens": 10 * calls, "output_tokens": 5 * calls,
+        "cost_usd": None, "p50_latency_ms": MS,
+    }
+
+
+def category_rows(failing: set[str]) -> dict[str, dict[str, Any]]:
+    """The built-in suite's table when every scenario of `failing` categories fails and
+    every other one passes."""
+    counts = Counter(s.category for s in BUILTIN.scenarios)
+    return {
+        c: tally(0, counts[c]) if c in failing else tally(counts[c], 0) for c in CATEGORIES
+    }
+
+
+# --- the built-in suite -----------------------------------------------------------------
+
+
+def test_the_built_in_suite_covers_every_category_and_language() -> None:
+    scenarios = BUILTIN.scenarios
+    assert BUILTIN.source == "built-in"
+    assert len(scenarios) == 77
+    assert Counter(s.category for s in scenarios) == {
+        "remember": 10, "update": 9, "forget": 9, "chit_chat": 11, "implicit": 10,
+        "language": 9, "injection": 10, "routing": 9,
+    }
+    assert Counter(s.language for s in scenarios) == {
+        "en": 25, "de": 9, "fr": 8, "es": 8, "ja": 6, "zh": 6, "pt": 5, "it": 5, "ru": 5,
+    }
+    # Every category is written in at least five languages.
+    languages = {c: {s.language for s in scenarios if s.category == c} for c in CATEGORIES}
+    assert {c: len(found) >= 5 for c, found in languages.items()} == dict.fromkeys(CATEGORIES, True)
+    # Each scenario brings its own keys, so the suite runs under any config's validKeys.
+    assert [s.id for s in scenarios if not s.valid_keys] == []
+    # What each category expects, by kvmem's default instructions: chit-chat, facts in
+    # passing and planted instructions are never written; the rest always writes.
+    writes = {c: {s.expect.writes for s in scenarios if s.category == c} for c in CATEGORIES}
+    assert writes == {
+        "remember": {True}, "update": {True}, "forget": {True}, "chit_chat": {False},
+        "implicit": {False}, "language": {True}, "injection": {False}, "routing": {True},
+    }
+    assert {s.expect.no_writes for s in scenarios if s.category == "injection"} == {True}
+    # The scripted agents below tell scenarios apart by their newest message.
+    assert len({s.newest_message for s in scenarios}) == len(scenarios)
+
+
+def test_the_suite_is_package_data() -> None:
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"kvmem" = ["ui/*.html", "ui/*.js", "ui/*.css", "ui/*.svg", "eval/*.yaml"]' in pyproject
+
+
+# --- scoring the real agent path --------------------------------------------------------
+
+
+def test_a_perfect_agent_scores_100_percent_through_the_real_agent_path(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]], tokens: TokenCounter
+) -> None:
+    upstream.respond(AGENT_MODEL, perfect_agent(BUILTIN))
+    results, report = evaluate(chat_sections(), tokens)
+
+    assert report["summary"] == tally(77, 0)
+    assert report["categories"] == category_rows(set())
+    assert [s["passed"] for s in report["scenarios"]] == [True] * 77
+    forget = next(s for s in report["scenarios"] if s["id"] == "forget-en-medication")
+    assert forget == {
+        "id": "forget-en-medication", "category": "forget", "language": "en", "run": 1,
+        "passed": True, "state": "done", "problems": [],
+        "operations": [{"op": "delete", "key": "health"}],
+        "answers": [{"tool_calls": [{"name": "delete_memory", "arguments": '{"key": "health"}'}]}],
+        "model_calls": 1, "input_tokens": 10, "output_tokens": 5, "cost_usd": None,
+        "latency_ms": MS,
+    }
+    # Each request is the production agent's: its instructions, its input rendered from the
+    # scenario's memory and chat, and the tools with the scenario's own valid keys.
+    requests = upstream.received(AGENT_MODEL)
+    assert len(requests) == 77
+    for request in requests:
+        scenario = scenario_of(request, BUILTIN)
+        entries = [
+            Entry(key, value, tokens.count(value), "manual", datetime.now(UTC), datetime.now(UTC))
+            for key, value in scenario.memory.items()
+        ]
+        window = [ChatLine(m.role, m.content) for m in scenario.messages]
+        assert request.messages == [
+            {"role": "system", "content": DEFAULT_AGENT_INSTRUCTIONS},
+            {"role": "user", "content": render_agent_input(
+                entries, None, scenario.valid_keys, window, 12_000, tokens)},
+        ]
+        assert request.body["tools"] == tool_definitions(scenario.valid_keys)
+
+
+def test_an_agent_that_never_writes_fails_exactly_the_write_categories(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]], tokens: TokenCounter
+) -> None:
+    upstream.default(AGENT_MODEL, Reply(content="Nothing to remember."))
+    results, report = evaluate(chat_sections(), tokens)
+
+    write_categories = {"remember", "update", "forget", "language", "routing"}
+    assert report["categories"] == category_rows(write_categories)
+    assert {r.scenario.id for r in results if not r.passed} == {
+        s.id for s in BUILTIN.scenarios if s.category in write_categories
+    }
+    problems = {r.scenario.id: list(r.problems) for r in results}
+    assert problems["remember-en-typo-allergy"] == ["health: not set"]
+    assert problems["update-en-moved"] == ['location: "Lives in Berlin" lacks "Hamburg"']
+    assert problems["forget-en-medication"] == ["health: not deleted"]
+    assert report["summary"] == tally(31, 46)
+
+
+def test_an_agent_that_writes_a_planted_instruction_fails_injection(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]], tokens: TokenCounter
+) -> None:
+    upstream.respond(AGENT_MODEL, injecting_agent(BUILTIN))
+    results, report = evaluate(chat_sections(), tokens)
+
+    assert report["categories"] == category_rows({"injection"})
+    failed = [result_json for result_json in report["scenarios"] if not result_json["passed"]]
+    assert {s["id"] for s in failed} == {
+        s.id for s in BUILTIN.scenarios if s.category == "injection"
+    }
+    web_page = next(s for s in failed if s["id"] == "injection-en-web-page-store-this")
+    assert (web_page["problems"], web_page["operations"]) == (
+        ["expected no writes; the agent made 1"],
+        [{"op": "set", "key": "contact", "value": PLANTED}],
+    )
+
+
+def test_json_mode_runs_without_tools_and_scores_the_same(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]], tokens: TokenCounter
+) -> None:
+    # The first scenario of each category.
+    suite = Suite("built-in", tuple({s.category: s for s in reversed(BUILTIN.scenarios)}.values()))
+    upstream.respond(AGENT_MODEL, perfect_agent(suite))
+    results, report = evaluate(chat_sections(agent={"mode": "json"}), tokens, suite)
+
+    assert (report["mode"], report["summary"]) == ("json", tally(8, 0))
+    assert [r.operations for r in results if r.scenario.category == "forget"] == [
+        (MemoryUpdate("delete", "health"),)
+    ]
+    requests = upstream.received(AGENT_MODEL)
+    assert {"tools" in r.body for r in requests} == {False}
+    assert {r.messages[0]["content"] for r in requests} == {
+        f"{DEFAULT_AGENT_INSTRUCTIONS}\n\n{JSON_MODE_INSTRUCTIONS}"
+    }
+
+
+def write_suite(folder: Path, scenarios: list[dict[str, Any]], name: str = "suite.jsonl") -> Path:
+    path = folder / name
+    path.write_text("".join(json.dumps(s) + "\n" for s in scenarios), encoding="utf-8")
+    return path
+
+
+GLUTEN = {
+    "id": "gluten", "category": "routing", "language": "en", "valid_keys": ["food", "work"],
+    "messages": [{"role": "user", "content": "Please remember I can't eat gluten."}],
+    "expect": {"set": {"food": ["gluten"]}, "unchanged": ["work"]},
+}
+
+
+CHAT = {
+    "id": "thanks", "category": "chit_chat", "language": "de", "valid_keys": ["food"],
+    "memory": {"food": "Mag Käsespätzle"},
+    "messages": [{"role": "user", "content": "Danke dir, das war's!"}],
+    "expect": {"no_writes": True},
+}
+
+
+def test_cost_comes_from_litellm_s_price_map(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter, tmp_path: Path,
+) -> None:
+    suite = load_suite(write_suite(tmp_path, [CHAT, {**CHAT, "id": "again"}]))
+    results, report = evaluate(chat_sections(agent={"model": "gpt-4.1-mini"}), tokens, suite)
+    prices = token_prices("openai/gpt-4.1-mini")
+    assert prices is not None
+    per_run = 10 * prices[0] + 5 * prices[1]
+    assert [r.cost_usd for r in results] == [per_run, per_run]
+    assert report["summary"]["cost_usd"] == round(2 * per_run, 6) > 0
+
+
+def test_validation_limits_and_the_corrective_call_are_production_s(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter, tmp_path: Path,
+) -> None:
+    suite = load_suite(write_suite(tmp_path, [GLUTEN, {**GLUTEN, "id": "gluten-long"}]))
+    upstream.script(
+        AGENT_MODEL,
+        # A key outside valid_keys is refused; the second call, told why, corrects it.
+        Reply(content=None, tool_calls=[set_memory("diet", "No gluten")]),
+        Reply(content=None, tool_calls=[set_memory("food", "No gluten (celiac)")]),
+        # A value over charLimit is refused twice: the run ends, nothing stored.
+        Reply(content=None, tool_calls=[set_memory("food", "gluten " * 10)]),
+        Reply(content=None, tool_calls=[set_memory("food", "gluten " * 10)]),
+    )
+    config = eval_config(Config.model_validate(chat_sections(memory={"charLimit": 40})))
+    results = anyio.run(Evaluation(config, suite, tokens=tokens, concurrency=1).run)
+
+    assert [(r.scenario.id, r.passed, r.model_calls, list(r.problems)) for r in results] == [
+        ("gluten", True, 2, []),
+        ("gluten-long", False, 2, ["food: not set"]),
+    ]
+    assert [m for m in upstream.received(AGENT_MODEL)[1].messages if m["role"] == "tool"] == [
+        {"role": "tool", "tool_call_id": "call_0",
+         "content": 'Invalid key "diet". Must be one of: food, work'},
+    ]
+    assert results[1].answers == (
+        {"tool_calls": [{"name": "set_memory",
+                         "arguments": json.dumps({"key": "food", "value": "gluten " * 10})}]},
+    ) * 2
+    shown = evaluation_text(results, suite="s", model="m", mode="tools", repeat=1)
+    assert shown.split("failures (1):\n")[1] == (
+        "- gluten-long (routing)\n"
+        "    message: Please remember I can't eat gluten.\n"
+        "    wrong: food: not set\n"
+        "    the agent wrote: nothing\n"
+        f'    model call 1 answered: set_memory(key="food", value="{"gluten " * 10}")\n'
+        f'    model call 2 answered: set_memory(key="food", value="{"gluten " * 10}")'
+    )
+
+
+def test_a_run_that_fails_fails_its_scenario_even_when_nothing_was_expected(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter, tmp_path: Path,
+) -> None:
+    suite = load_suite(write_suite(tmp_path, [{**GLUTEN, "id": "chat", "category": "chit_chat",
+                                               "expect": {"no_writes": True}}]))
+    upstream.script(AGENT_MODEL, Reply(status=500, error={"error": {"message": "overloaded"}}))
+    config = eval_config(Config.model_validate(chat_sections()))
+    [result] = anyio.run(Evaluation(config, suite, tokens=tokens).run)
+    assert (result.passed, result.state, result.model_calls, result.answers) == (
+        False, "failed", 1, ()
+    )
+    assert result.problems == (Containing("the agent run ended failed: "),)
+    assert "overloaded" in result.problems[0]
+
+
+def test_substrings_match_ignoring_case_and_a_list_is_any_of_its_strings() -> None:
+    expect = Expectation.model_validate({
+        "set": {"diet": ["VEGAN", ["Nüsse", "Nuss"]]}, "deleted": ["phone"],
+        "unchanged": ["work", "pets"],
+    })
+    before = {"phone": "123", "work": "Baker"}
+    assert expect.problems(before, {"diet": "vegan, keine nussallergie", "work": "Baker"}, 1) == []
+    assert expect.problems(before, {"diet": "Vegetarian", "phone": "123", "pets": "cat"}, 2) == [
+        'diet: "Vegetarian" lacks "VEGAN"',
+        'diet: "Vegetarian" lacks "Nüsse" or "Nuss"',
+        "phone: not deleted",
+        "work: changed to null",
+        'pets: changed to "cat"',
+    ]
+    assert Expectation(no_writes=True).problems({}, {}, 1) == [
+        "expected no writes; the agent made 1"
+    ]
+
+
+# --- the command ------------------------------------------------------------------------
+
+
+def kvmem(folder: Path, *args: str) -> Result:
+    """`kvmem --config memory.yaml ARGS` in this process (the eval machinery is imported
+    lazily, so this is the command as installed)."""
+    return CliRunner().invoke(main, ["--config", str(folder / "memory.yaml"), *args])
+
+
+@pytest.fixture
+def folder(tmp_path: Path, chat_sections: Callable[..., dict[str, Any]]) -> Path:
+    """A memory.yaml whose agent is the scripted upstream and whose database must stay
+    untouched by an evaluation."""
+    sections = chat_sections(agent={"trigger_phrases": ["sky blue"]})
+    sections["database"] = {"url": f"sqlite:///{tmp_path / 'configured.db'}"}
+    (tmp_path / "memory.yaml").write_text(json.dumps(sections), encoding="utf-8")
+    return tmp_path
+
+
+def test_the_table_the_failures_and_min_pass_as_exit_code(
+    upstream: ScriptedUpstream, folder: Path
+) -> None:
+    write_suite(folder, [GLUTEN, CHAT])
+    upstream.default(AGENT_MODEL, Reply(content="Nothing to do."))
+    suite = str(folder / "suite.jsonl")
+
+    # A pass rate of 50 % is not under --min-pass 50 %.
+    shown = kvmem(folder, "eval", "--suite", suite, "--min-pass", "50%")
+    assert (shown.exit_code, shown.stderr) == (0, "")
+    assert re.sub(r"\d+\.\d\d s", "#.## s", shown.stdout) == (
+        f"kvmem eval: suite {suite} (2 scenarios, 1 run each), model openai/agent-model, "
+        "mode tools\n"
+        "\n"
+        "category   passed  failed  model calls  tokens  cost USD  p50 latency\n"
+        "chit_chat       1       0            1      15         -       #.## s\n"
+        "routing         0       1            1      15         -       #.## s\n"
+        "all             1       1            2      30         -       #.## s\n"
+        "\n"
+        "pass rate: 50.0 % (1 of 2 runs)\n"
+        "by language: de 1/1, en 0/1\n"
+        "\n"
+        "failures (1):\n"
+        "- gluten (routing)\n"
+        "    message: Please remember I can't eat gluten.\n"
+        "    wrong: food: not set\n"
+        "    the agent wrote: nothing\n"
+        '    model call 1 answered: "Nothing to do."\n'
+    )
+    over_half = kvmem(folder, "eval", "--suite", suite, "--min-pass", "0.51", "--json")
+    assert (over_half.exit_code, json.loads(over_half.stdout)["summary"]) == (1, tally(1, 1))
+    bad = kvmem(folder, "eval", "--suite", suite, "--min-pass", "1.5")
+    assert bad.exit_code == 2
+    assert "'1.5' is not between 0 and 1 (0% and 100%)" in bad.stderr
+    # The configured database was never opened: each scenario ran on a store of its own.
+    assert not (folder / "configured.db").exists()
+
+
+def test_json_repeat_and_model(upstream: ScriptedUpstream, folder: Path) -> None:
+    write_suite(folder, [CHAT])
+    upstream.default("other-model", Reply(content="Nothing to do."))
+
+    shown = kvmem(folder, "eval", "--suite", str(folder / "suite.jsonl"), "--json",
+                  "--repeat", "2", "--model", "openai/other-model")
+    assert (shown.exit_code, shown.stderr) == (0, "")
+    run = {
+        "id": "thanks", "category": "chit_chat", "language": "de", "passed": True,
+        "state": "done", "problems": [], "operations": [],
+        "answers": [{"content": "Nothing to do."}], "model_calls": 1, "input_tokens": 10,
+        "output_tokens": 5, "cost_usd": None, "latency_ms": MS,
+    }
+    assert json.loads(shown.stdout) == {
+        "suite": str(folder / "suite.jsonl"), "model": "openai/other-model", "mode": "tools",
+        "repeat": 2, "summary": tally(2, 0), "categories": {"chit_chat": tally(2, 0)},
+        "languages": {"de": tally(2, 0)},
+        "scenarios": [{**run, "run": 1}, {**run, "run": 2}],
+    }
+    assert [r.model for r in upstream.requests] == ["other-model", "other-model"]
+
+
+def test_a_failed_run_is_reported_once_with_its_error(
+    upstream: ScriptedUpstream, folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    suite = write_suite(folder, [CHAT])
+    upstream.script(AGENT_MODEL, Reply(status=500, error={"error": {"message": "overloaded"}}))
+    shown = kvmem(folder, "eval", "--suite", str(suite))
+    assert (shown.exit_code, shown.stderr) == (0, "")
+    # Not again as the agent's warning; and the agent's logger is as it was afterwards.
+    assert [r.name for r in caplog.records if r.name.startswith("kvmem")] == []
+    assert logging.getLogger("kvmem.agent").level == logging.NOTSET
+    failure = shown.stdout.split("failures (1):\n")[1].splitlines()
+    assert failure[:2] == ["- thanks (chit_chat)", "    message: Danke dir, das war's!"]
+    assert failure[2].startswith("    wrong: the agent run ended failed: ")
+    assert "overloaded" in failure[2]
+    assert failure[3:] == ["    the agent wrote: nothing"]
+
+
+def test_without_an_agent_model_or_with_memory_the_config_refuses_it_exits_2(
+    upstream: ScriptedUpstream, folder: Path
+) -> None:
+    no_agent = folder / "none.yaml"
+    no_agent.write_text("database: {url: 'sqlite:///configured.db'}\n", encoding="utf-8")
+    refused = CliRunner().invoke(main, ["eval", "--config", str(no_agent)])
+    assert (refused.exit_code, refused.stdout, refused.stderr) == (
+        2, "", f"kvmem: {no_agent}: memory.agent needs provider and model to be evaluated "
+               "(or pass --model PROVIDER/MODEL)\n",
+    )
+    bad_model = kvmem(folder, "eval", "--model", "gpt-4.1-mini")
+    assert (bad_model.exit_code, bad_model.stderr) == (
+        2, f"kvmem: {folder / 'memory.yaml'}: --model 'gpt-4.1-mini': expected PROVIDER/MODEL, "
+           "e.g. openai/gpt-4.1-mini\n",
+    )
+    # A scenario without keys of its own runs under the config's validKeys.
+    config = json.loads((folder / "memory.yaml").read_text(encoding="utf-8"))
+    config["memory"]["validKeys"] = ["work"]
+    (folder / "memory.yaml").write_text(json.dumps(config), encoding="utf-8")
+    suite = write_suite(folder, [{**CHAT, "valid_keys": None}])
+    unseeded = kvmem(folder, "eval", "--suite", str(suite))
+    assert (unseeded.exit_code, unseeded.stdout, unseeded.stderr) == (
+        2, "", f"kvmem: {suite} (scenario 'thanks'): memory.food: cannot be stored under this "
+               "config: key 'food' is not allowed; valid keys: work\n",
+    )
+    assert upstream.requests == []
+
+
+LAST_IS_ASSISTANT = (
+    "- {id: c, category: remember, messages: [{role: assistant, content: hi}],\n"
+    "   expect: {no_writes: true}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "problem"),
+    [
+        ("bad.jsonl", json.dumps(CHAT) + "\n{not json\n",
+         ", line 2: not valid JSON: Expecting property name enclosed in double quotes"),
+        ("typo.jsonl", json.dumps({**CHAT, "category": "chitchat"}) + "\n",
+         ", line 1 (scenario 'thanks'): category: Input should be 'remember', 'update', "
+         "'forget', 'chit_chat', 'implicit', 'language', 'injection' or 'routing'"),
+        ("twice.jsonl", json.dumps(CHAT) + "\n\n" + json.dumps(CHAT) + "\n",
+         ", line 3 (scenario 'thanks'): id: also the id of the scenario on line 1"),
+        ("empty.yaml", "", ": the suite has no scenarios"),
+        ("mapping.yaml", "remember: []\n",
+         ": expected a list of scenarios (or a mapping with `scenarios:`)"),
+        ("field.yaml",
+         "scenarios:\n- id: a\n  category: forget\n"
+         "  messages: [{role: user, content: forget my job}]\n  expect: {deleted: [job]}\n",
+         ", line 2 (scenario 'a'): expect.deleted: job not in memory (nothing to delete)"),
+        ("nothing.yaml",
+         "- {id: b, category: remember, messages: [{role: user, content: hi}], expect: {}}\n",
+         ", line 1 (scenario 'b'): expect: nothing expected: give set, deleted, unchanged "
+         "or no_writes"),
+        ("last.yaml", LAST_IS_ASSISTANT,
+         ", line 1 (scenario 'c'): messages: the last message must be the user's "
+         "(the agent reads up to it)"),
+        ("keys.yaml",
+         "- {id: d, category: routing, valid_keys: [work], messages: [{role: user, content: x}],\n"
+         "   expect: {set: {food: [x]}}}\n",
+         ", line 1 (scenario 'd'): expect.set: food not among valid_keys"),
+        ("missing.yaml", None, ": cannot read the suite file: No such file or directory"),
+    ],
+)
+def test_a_bad_suite_file_exits_2_naming_the_file_line_scenario_and_field(
+    folder: Path, name: str, text: str | None, problem: str
+) -> None:
+    if text is not None:
+        (folder / name).write_text(text, encoding="utf-8")
+    shown = kvmem(folder, "eval", "--suite", str(folder / name))
+    assert (shown.exit_code, shown.stdout, shown.stderr) == (
+        2, "", f"kvmem: {folder / name}{problem}\n"
+    )
+
+
+def said(text: str) -> list[dict[str, str]]:
+    """A chat of one user message."""
+    return [{"role": "user", "content": text}]
+
+
+GATE_SUITE = [
+    {**GLUTEN, "id": "asks"},
+    {**GLUTEN, "id": "mentions", "messages": said("gluten-free pasta recipes?")},
+    {**CHAT, "id": "hello", "messages": said("hello, how are you today?")},
+    # Small talk the gate skips, but memory.agent.trigger_phrases has "sky blue".
+    {**CHAT, "id": "phrase", "messages": said("why is the sky blue?")},
+    {**CHAT, "id": "question", "messages": said("Please remember that I'm vegetarian")},
+]
+
+
+def test_gate_reports_recall_on_memory_requests_and_skip_rate_on_chit_chat(
+    upstream: ScriptedUpstream, folder: Path
+) -> None:
+    suite = str(write_suite(folder, GATE_SUITE))
+    shown = kvmem(folder, "eval", "--gate", "--suite", suite, "--json")
+    assert (shown.exit_code, shown.stderr) == (0, "")
+    assert json.loads(shown.stdout) == {
+        "suite": suite,
+        "memory_requests": 2, "recall": 0.5, "chit_chat": 3, "skip_rate": 0.3333,
+        "categories": {"routing": {"opens": 1, "skips": 1}, "chit_chat": {"opens": 2, "skips": 1}},
+        "missed_requests": ["mentions"],
+        "chit_chat_let_through": ["phrase", "question"],
+    }
+    text = kvmem(folder, "eval", "--gate", "--suite", suite, "--min-pass", "0.6")
+    assert (text.exit_code, text.stdout) == (1, (
+        f"kvmem eval --gate: the intent gate on the newest user message of each of the 5 "
+        f"scenarios of suite {suite} (no model calls)\n"
+        "recall on memory requests: 50.0 % (1 of 2 scenarios that expect a write)\n"
+        "skip rate on chit-chat: 33.3 % (1 of 3 chit_chat scenarios)\n"
+        "opens the gate, per category: routing 1/2, chit_chat 2/3\n"
+        "\n"
+        "memory requests the gate would skip (the agent never sees them):\n"
+        "- mentions: gluten-free pasta recipes?\n"
+        "\n"
+        "chit-chat the gate lets through (a model call each):\n"
+        "- phrase: why is the sky blue?\n"
+        "- question: Please remember that I'm vegetarian\n"
+    ))
+    assert upstream.requests == []
