@@ -12,7 +12,7 @@ import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -22,7 +22,7 @@ from kvmem.config import Config
 from kvmem.conversations import ConversationStore
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
-from kvmem.errors import KvmemError, MethodNotAllowed, NotFound, openai_error_body
+from kvmem.errors import ClientGone, KvmemError, MethodNotAllowed, NotFound, openai_error_body
 from kvmem.mcp_http import McpEndpoint, McpTransport
 from kvmem.metrics import Metrics, MetricsMiddleware
 from kvmem.provider import ModelClient, agent_target, chat_target
@@ -141,6 +141,7 @@ def create_app(
         exception_handlers={
             KvmemError: render_error,
             HTTPException: render_http_exception,
+            ClientDisconnect: render_client_gone,
             Exception: render_unexpected,
         },
     )
@@ -180,6 +181,13 @@ async def render_http_exception(request: Request, exc: Exception) -> Response:
         error: KvmemError = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
         return error_response(request, error, exc.headers)
     return error_response(request, NotFound(f"no route {request.method} {request.url.path}"))
+
+
+async def render_client_gone(request: Request, exc: Exception) -> Response:
+    """A client that left before its request was read: not a fault of kvmem's, so one INFO
+    line and a 499 in the metrics (the answer goes nowhere)."""
+    log.info("client gone before its request was read: %s %s", request.method, request.url.path)
+    return error_response(request, ClientGone("the client disconnected before the request was read"))
 
 
 async def render_unexpected(request: Request, exc: Exception) -> Response:

@@ -176,7 +176,7 @@ def serve(host: str | None, port: int | None) -> None:
         port=port,
         log_level="info",
         timeout_graceful_shutdown=config.server.drain_seconds,
-        **uvicorn_options(config.server.max_header_bytes),
+        **uvicorn_options(config.server),
     )
 
 

@@ -47,6 +47,9 @@ class ServerConfig(Section):
     max_body_bytes: int = Field(1_048_576, gt=0)
     # The request line and headers together; larger answers 431 before the app sees them.
     max_header_bytes: int = Field(65_536, ge=1024)
+    # The request line and headers must arrive within this long of the connection opening
+    # (or of the previous answer, on a kept-alive connection); else 408 and close.
+    header_timeout_seconds: float = Field(10, gt=0)
     # The whole body must arrive within this long of the handler starting to read it (408).
     body_timeout_seconds: float = Field(30, gt=0)
     # On SIGTERM: how long in-flight requests (and memory agent runs, up to their own

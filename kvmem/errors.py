@@ -13,6 +13,7 @@
     ├── RequestTimeout            408 request_timeout
     ├── MemoryFull                409 memory_full
     ├── BodyTooLarge              413 body_too_large
+    ├── ClientGone                499 client_gone (the client left; nobody reads the answer)
     ├── InvalidMemory             422 (base of the write-rule errors below)
     │   ├── InvalidKey            422 invalid_key
     │   ├── KeyNotAllowed         422 key_not_allowed
@@ -52,8 +53,9 @@ class KvmemError(Exception):
 
     @property
     def headers(self) -> dict[str, str]:
-        """HTTP headers the error response carries."""
-        return {}
+        """HTTP headers the error response carries: a 413 ends the connection, since the
+        body it refused (perhaps not sent yet, after `Expect: 100-continue`) is never read."""
+        return {"Connection": "close"} if self.status == 413 else {}
 
     def body(self) -> dict[str, Any]:
         """The error body: `{"error": {"code", "message", ...details}}`."""
@@ -156,6 +158,13 @@ class BodyTooLarge(KvmemError):
     """The request body is larger than `server.max_body_bytes`."""
 
     status, code = 413, "body_too_large"
+
+
+class ClientGone(KvmemError):
+    """The client disconnected before its request was read whole: counted as 499 (nginx's
+    "client closed request"), logged at INFO; no answer reaches anyone."""
+
+    status, code = 499, "client_gone"
 
 
 class InvalidMemory(KvmemError):

@@ -1,28 +1,46 @@
-"""The HTTP/1.1 protocol `kvmem serve` runs: uvicorn's httptools protocol with a bound on the
-request head and kvmem's error body for the requests the HTTP parser refuses.
+"""The HTTP/1.1 protocol `kvmem serve` runs: uvicorn's httptools protocol with bounds on what a
+connection may send before the app sees a request, and kvmem's error body for the requests it
+refuses.
 
-httptools (uvicorn's default when installed) buffers a request line and headers of any size
-before the app sees them, so a bound in the app would come after the memory is spent. This
-protocol counts the bytes of a request's head as they arrive and answers 431
-`headers_too_large` once they pass `server.max_header_bytes`, holding at most that plus one
-socket read. Requests the parser cannot read (a NUL or a bare LF in a header, both
-`Content-Length` and `Transfer-Encoding`, ...) answer 400 `bad_request` in kvmem's JSON shape
-instead of uvicorn's plain text. It knows nothing of kvmem's routes.
+httptools (uvicorn's default when installed) buffers a request line, headers and chunked
+trailers of any size, and waits for them for ever; a bound in the app would come after the
+memory (or the file descriptor) is spent. This protocol:
+
+- counts the bytes of a request's head as they arrive and answers 431 `headers_too_large`
+  once they pass `server.max_header_bytes`, holding at most that plus one socket read;
+  chunked trailers count toward the same bound (the head's size plus the trailers');
+- closes a connection whose request head has not arrived within
+  `server.header_timeout_seconds` (408 `request_timeout` when part of a head came; an idle
+  connection is just closed), and, between requests, one idle for `KEEP_ALIVE_SECONDS`;
+- answers 400 `bad_request` in kvmem's JSON shape, then closes, for what the parser cannot
+  read: a NUL or a bare LF in a header, both `Content-Length` and `Transfer-Encoding`, a
+  malformed chunk size or extension;
+- answers every request parsed before the one it refuses first, in order, and only then
+  writes the refusal.
+
+It knows nothing of kvmem's routes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from kvmem.errors import BadRequest, HeadersTooLarge, KvmemError, openai_error_body
+from kvmem.errors import BadRequest, HeadersTooLarge, KvmemError, RequestTimeout, openai_error_body
 
-REASONS = {400: b"Bad Request", 431: b"Request Header Fields Too Large"}
+if TYPE_CHECKING:
+    from kvmem.config import ServerConfig
+
+REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 # After refusing a request, how long what the client still sends is read and dropped, so
 # that it can read the answer, before the connection is closed.
 LINGER_SECONDS = 2.0
+# A keep-alive connection idle this long between requests is closed (uvicorn's
+# `timeout_keep_alive`); a connection that sends part of a head is bounded by the head timeout.
+KEEP_ALIVE_SECONDS = 5.0
 
 
 class _HeadRefused(Exception):
@@ -30,57 +48,122 @@ class _HeadRefused(Exception):
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with `max_header_bytes` and JSON error bodies."""
+    """uvicorn's httptools protocol with kvmem's bounds and JSON error bodies."""
 
     max_header_bytes = 65_536
+    header_timeout_seconds = 10.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._phase = "idle"  # "idle" (between requests), "head", "body" of the parsed request
         self._head_bytes = 0  # bytes of the current request's head received so far
-        self._reading_head = True
+        self._head_size = 0  # the last head's size as sent, which trailers add to
+        self._trailer_bytes = 0  # bytes fed since the last chunk header without body data
+        self._after_chunk_header = False
         self._head_ended_now = False
-        self._refusal: KvmemError | None = None
+        self._fed_body = False
+        self._unanswered = 0  # requests parsed whose response is not complete
+        self._refusal: KvmemError | None = None  # set in a callback, answered by send_400
+        self._pending: KvmemError | None = None  # a refusal waiting for earlier answers
         self._discarding = False  # refused: what the client still sends is dropped
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    # -- the connection --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._discarding:
             return
-        was_reading_head = self._reading_head
+        was_reading_head = self._phase != "body"
         self._head_ended_now = False
+        self._fed_body = False
         super().data_received(data)
-        if self._discarding or not was_reading_head or self._head_ended_now:
+        if self._discarding:
+            return
+        if self._after_chunk_header and not self._fed_body:
+            # After the last chunk's size line come the trailers, which the parser buffers
+            # like a head: bound them by what is left of the head's allowance.
+            self._trailer_bytes += len(data)
+            if self._head_size + self._trailer_bytes > self.max_header_bytes:
+                self._refuse(HeadersTooLarge(
+                    f"the request line, headers and trailers are over the limit of "
+                    f"{self.max_header_bytes} bytes"))
+            return
+        if not was_reading_head or self._head_ended_now:
             return
         # Every byte fed while the head is still open belongs to it (the parser would buffer
         # it all): past the bound, refuse now rather than wait for the end of the head.
         self._head_bytes += len(data)
-        if self._reading_head and self._head_bytes > self.max_header_bytes:
+        if self._phase != "body" and self._head_bytes > self.max_header_bytes:
             self._refuse(self._too_large())
+
+    # -- parser callbacks ------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._reading_head = True
+        self._phase = "head"
 
     def on_headers_complete(self) -> None:
-        self._reading_head = False
+        self._phase = "body"
         self._head_ended_now = True
         # The request line and header lines as sent ("NAME: value\r\n"), without the final CRLF.
         line = len(self.parser.get_method()) + len(self.url) + len(" HTTP/1.1\r\n") + 1
         size = line + sum(len(name) + len(value) + 4 for name, value in self.headers)
         self._head_bytes = 0
+        self._head_size, self._trailer_bytes = size, 0
         if size > self.max_header_bytes:
             self._refusal = self._too_large()
             raise _HeadRefused  # uvicorn answers a parser error with send_400_response
+        self._cancel_head_timer()
+        before = self.cycle
         super().on_headers_complete()
+        if self.cycle is not before:
+            self._unanswered += 1
+
+    def on_chunk_header(self) -> None:
+        self._after_chunk_header = True
+
+    def on_body(self, body: bytes) -> None:
+        self._fed_body = True
+        self._after_chunk_header = False
+        self._trailer_bytes = 0
+        super().on_body(body)
+
+    def on_chunk_complete(self) -> None:
+        self._after_chunk_header = False
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
-        self._reading_head = True
-        self._head_bytes = 0
+        self._phase = "idle"
+        self._after_chunk_header = False
+        self._head_bytes = self._trailer_bytes = 0
+
+    def on_response_complete(self) -> None:
+        self._unanswered -= 1
+        super().on_response_complete()
+        if self._unanswered > 0 or self.transport.is_closing():
+            return
+        if self._pending is not None:
+            error, self._pending = self._pending, None
+            self._write_refusal(error)
+        else:
+            self._arm_head_timer()
+
+    # -- refusals --------------------------------------------------------------------------
 
     def send_400_response(self, msg: str) -> None:
         """Answer a request the parser refused, in kvmem's error shape (not plain text)."""
         error = self._refusal or BadRequest(
-            "malformed HTTP request: the request line or headers could not be parsed"
+            "malformed HTTP request: the chunked body could not be parsed"
+            if self._phase == "body"
+            else "malformed HTTP request: the request line or headers could not be parsed"
         )
         self._refuse(error)
 
@@ -90,11 +173,33 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         )
 
     def _refuse(self, error: KvmemError) -> None:
-        if self.cycle is not None and not self.cycle.response_complete:
-            # A pipelined request went wrong while the one before it is still answering:
-            # an error written now would land inside that response.
-            self.transport.close()
+        """Stop reading; answer `error` once every request parsed before it is answered."""
+        self._discarding = True
+        self._cancel_head_timer()
+        cycle = self.cycle
+        if self._phase == "body" and cycle is not None and not cycle.response_complete:
+            # The refused bytes are this request's own body (or trailers).
+            if cycle.response_started:
+                # Its answer is under way: an error written now would land inside it.
+                self.transport.close()
+                return
+            # Not answered yet: the app will not get the rest of the body (it sees the
+            # client gone), and the refusal is this request's answer.
+            self._forget(cycle)
+        if self._unanswered > 0:
+            self._pending = error  # written by on_response_complete, after the last answer
             return
+        self._write_refusal(error)
+
+    def _forget(self, cycle: Any) -> None:
+        cycle.disconnected = True
+        cycle.message_event.set()
+        for queued in list(self.pipeline):
+            if queued[0] is cycle:
+                self.pipeline.remove(queued)
+        self._unanswered -= 1
+
+    def _write_refusal(self, error: KvmemError) -> None:
         openai = getattr(self, "url", b"").startswith(b"/v1/")
         body = json.dumps(
             openai_error_body(error) if openai else error.body(), separators=(",", ":")
@@ -107,21 +212,44 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             b"connection: close\r\n\r\n",
         ]
         self.transport.write(b"".join(head) + body)
-        # Closing at once, with the client still sending its head, would reset the connection
-        # and lose the answer; so end our side, drop what still comes for a moment, then close.
+        # Closing at once, with the client still sending, would reset the connection and
+        # lose the answer; so end our side, drop what still comes for a moment, then close.
         self._discarding = True
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
+    # -- the head timeout ------------------------------------------------------------------
 
-def http_protocol(max_header_bytes: int) -> type[BoundedHttpToolsProtocol]:
-    """The protocol class to give uvicorn (`http=`), bounding request heads to `max_header_bytes`."""
-    return type(
-        "KvmemHttpProtocol", (BoundedHttpToolsProtocol,), {"max_header_bytes": max_header_bytes}
-    )
+    def _arm_head_timer(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.header_timeout_seconds, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing() or self._discarding:
+            return
+        if self._phase == "head":
+            self._refuse(RequestTimeout(
+                f"the request line and headers did not arrive within "
+                f"{self.header_timeout_seconds:g} s (server.header_timeout_seconds)"))
+        else:  # nothing of a request came (or only the rest of one already answered)
+            self.transport.close()
 
 
-def uvicorn_options(max_header_bytes: int) -> dict[str, Any]:
+def http_protocol(server: ServerConfig) -> type[BoundedHttpToolsProtocol]:
+    """The protocol class to give uvicorn (`http=`), with the bounds of `server`."""
+    return type("KvmemHttpProtocol", (BoundedHttpToolsProtocol,), {
+        "max_header_bytes": server.max_header_bytes,
+        "header_timeout_seconds": server.header_timeout_seconds,
+    })
+
+
+def uvicorn_options(server: ServerConfig) -> dict[str, Any]:
     """The uvicorn settings that make a server kvmem's: `kvmem serve` and the tests use them."""
-    return {"http": http_protocol(max_header_bytes)}
+    return {"http": http_protocol(server), "timeout_keep_alive": KEEP_ALIVE_SECONDS}

@@ -261,7 +261,7 @@ def make_server(
         config = make_config(**sections)
         app = create_app(config, database=database, tokens=tokens)
         # Served as `kvmem serve` serves it (the HTTP protocol with its bounds).
-        server = LiveServer(app, **uvicorn_options(config.server.max_header_bytes)).start()
+        server = LiveServer(app, **uvicorn_options(config.server)).start()
         servers.append(server)
         return server
 
