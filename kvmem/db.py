@@ -197,6 +197,16 @@ class Database:
         with self._writer_turn(), self._translate_errors(), self._write_engine.begin() as connection:
             yield connection
 
+    def checkpoint(self) -> None:
+        """SQLite only (elsewhere nothing): copy the write-ahead log into the database file
+        as far as readers allow, without taking the writer's turn (a PASSIVE checkpoint;
+        writers go on meanwhile). Bulk maintenance calls it, so that the WAL it grows is not
+        checkpointed inside some request's COMMIT instead."""
+        if self.dialect != "sqlite":
+            return
+        with self._translate_errors(), self.engine.connect() as connection:
+            connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+
     def lock_user(self, session: Session | Connection, user_id: str) -> None:
         """Create the user's row if missing and hold it locked until the transaction ends.
 

@@ -1,9 +1,10 @@
 """The history sweep: every replica deletes expired changes at start and then hourly.
 
 The sweep deletes in short transactions of `SWEEP_BATCH` changes, each in its own worker
-thread job with the event loop served between them; on SQLite each starts only when no
-request's write is waiting for the writer (`WriterTurn`), so no write waits behind the
-sweep for longer than one batch (~5 ms), however many changes expired.
+thread job, resting as long as a batch took between them (the event loop is served
+meanwhile); on SQLite each starts only when no request's write is waiting for the writer
+(`WriterTurn`), so no write waits behind the sweep for longer than one batch, however many
+changes expired, and each batch checkpoints the WAL it grew outside the writer's turn.
 
 The write path prunes a user's expired changes as they write (`kvmem.history`); this sweep
 covers users who stopped writing, so that `memory.history.keep_days` holds for everyone
@@ -44,6 +45,7 @@ async def sweep_once(store: MemoryStore, batch: int = SWEEP_BATCH) -> int:
     loop = asyncio.get_running_loop()
     total = 0
     while True:
+        started = loop.time()
         job = loop.run_in_executor(None, store.prune_expired_batch, batch)
         try:
             deleted = await asyncio.shield(job)
@@ -54,4 +56,6 @@ async def sweep_once(store: MemoryStore, batch: int = SWEEP_BATCH) -> int:
         total += deleted
         if deleted < batch:
             return total
-        await asyncio.sleep(0)
+        # Rest as long as the batch took: the writer is free at least half of the time, so
+        # most writes arriving during a long sweep do not even wait for one batch.
+        await asyncio.sleep(loop.time() - started)

@@ -36,8 +36,8 @@ from kvmem.tables import MemoryEntry, User, utcnow
 from kvmem.tokens import TokenCounter
 
 Source = ChangeSource
-# Expired changes deleted per transaction by the sweep: each holds SQLite's writer for ~5 ms.
-SWEEP_BATCH = 500
+# Expired changes deleted per transaction by the sweep: each holds SQLite's writer ~2 ms.
+SWEEP_BATCH = 200
 ImportMode = Literal["merge", "replace"]
 __all__ = [
     "Change", "Entry", "Erased", "HistoryPage", "Imported", "MemoryStore", "Reverted",
@@ -658,7 +658,10 @@ class MemoryStore:
         no other write is waiting); how many. The one query not scoped by user: it is
         maintenance, and reads nothing back."""
         with self.database.writing(background=True) as session:
-            return self.history_log.prune_all(session, batch)
+            deleted = self.history_log.prune_all(session, batch)
+        if deleted:
+            self.database.checkpoint()
+        return deleted
 
     def clear_history(self, user_id: str) -> int:
         """Erase the user's change history (entries stay); how many changes were erased."""

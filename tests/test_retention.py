@@ -15,7 +15,7 @@ from kvmem.store import MemoryStore
 from kvmem.tables import MemoryChange, User, utcnow
 from tests.support.apps import wait_until
 
-EXPIRED = 20_000  # 40 batches of the sweep's 500
+EXPIRED = 20_000  # 100 batches of the sweep's 200
 USERS = 200
 
 

@@ -34,6 +34,7 @@ class Shape:
     keep_days: int = 90
     entry_value: str = ""
     entry_tokens: int = 0
+    change_value: str = ""  # the old and new value of each change
     message: str = "Could you suggest a quick dinner with what is in my fridge? " * 3
 
     @property
@@ -83,8 +84,8 @@ def _tables(numbers: Sequence[int], shape: Shape, now: datetime, time: Any = lam
         for chunk in _chunks(numbers):
             yield "memory_changes", ["user_id", "key", "op", "old_value", "new_value", "source",
                                      "conversation_id", "at"], (
-                (user_id(n), f"k{j % max(shape.entries, 1)}", "set", shape.entry_value,
-                 shape.entry_value, "manual", None, at)
+                (user_id(n), f"k{j % max(shape.entries, 1)}", "set", shape.change_value,
+                 shape.change_value, "manual", None, at)
                 for n in chunk for j in range(count))
 
 
@@ -115,6 +116,7 @@ def _fill_sqlite(path: str, numbers: Sequence[int], shape: Shape, now: datetime)
     uid = "printf('u%08d', n)"
     cid = f"printf('00000000-0000-0000-0000-%012x', n * {shape.conversations} + c.i + 1)"
     values = {"value": shape.entry_value, "tokens": shape.entry_tokens, "old": old,
+              "change": shape.change_value,
               "recent": recent, "message": shape.message}
     connection = sqlite3.connect(path, isolation_level=None)
     try:
@@ -149,7 +151,7 @@ def _fill_sqlite(path: str, numbers: Sequence[int], shape: Shape, now: datetime)
         changes = (
             f"INSERT INTO memory_changes (user_id, key, op, old_value, new_value, source, "
             f"conversation_id, at) SELECT {uid}, 'k' || (j.i % {max(shape.entries, 1)}), 'set', "
-            f":value, :value, 'manual', NULL, {{at}} FROM nums, seq AS j WHERE j.i < {{count}} "
+            f":change, :change, 'manual', NULL, {{at}} FROM nums, seq AS j WHERE j.i < {{count}} "
             f"ORDER BY n, j.i"
         )
         # Every expired change before every kept one: ids grow with time.
