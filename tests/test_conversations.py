@@ -4,8 +4,10 @@ and failed turns that leave nothing behind."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
+from kvmem.tables import Conversation, Message
 from tests.support.apps import MAIN_MODEL, Containing, sse_events
 from tests.support.matchers import ISO_TIME
 from tests.support.upstream import Reply
@@ -374,10 +376,6 @@ def test_a_streamed_failure_before_the_first_delta_stores_nothing(
 
 def plant_conversations(database, user_id: str, stamps: list[tuple[str, str]]) -> None:
     """Conversations (id, updated_at ISO time) of `user_id`, each with one message."""
-    from datetime import datetime
-
-    from kvmem.tables import Conversation, Message
-
     with database.writing() as session:
         database.lock_user(session, user_id)
         for conversation_id, stamp in stamps:
