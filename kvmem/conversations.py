@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import and_, delete, func, or_, select
 
 from kvmem.db import Database
-from kvmem.errors import NotFound
+from kvmem.errors import BadRequest, NotFound
 from kvmem.store import iso
 from kvmem.tables import Conversation, Message, utcnow
 
@@ -55,6 +55,41 @@ class ConversationInfo:
         }
 
 
+@dataclass(frozen=True)
+class ConversationPage:
+    """Conversations most recently updated first, and the `before` cursor of the next page
+    (None on the last)."""
+
+    conversations: tuple[ConversationInfo, ...]
+    next: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The body of `GET /conversations`."""
+        return {
+            "conversations": [info.as_json() for info in self.conversations],
+            "next": self.next,
+        }
+
+
+def _cursor(info: ConversationInfo) -> str:
+    """Where a page ended: the last conversation's `updated_at` and id (`<time>_<id>`)."""
+    return f"{iso(info.updated_at)}_{info.id}"
+
+
+def _cursor_position(cursor: str) -> tuple[datetime, str]:
+    """A `_cursor` read back; `BadRequest` for anything else."""
+    moment, _, conversation_id = cursor.partition("_")
+    try:
+        if not moment.endswith("Z") or not is_conversation_id(conversation_id):
+            raise ValueError(cursor)
+        updated_at = datetime.fromisoformat(moment[:-1]).replace(tzinfo=UTC)
+    except ValueError:
+        raise BadRequest(
+            f"before must be the next value of a GET /conversations page, not {cursor[:80]!r}"
+        ) from None
+    return updated_at, conversation_id
+
+
 def new_conversation_id() -> str:
     """A fresh, unguessable conversation id."""
     return str(uuid.uuid4())
@@ -80,21 +115,35 @@ class ConversationStore:
     def __init__(self, database: Database) -> None:
         self.database = database
 
-    def list(self, user_id: str) -> list[ConversationInfo]:
-        """The user's conversations, most recently updated first."""
-        counts = (
-            select(Message.conversation_id, func.count(Message.id).label("n"))
-            .group_by(Message.conversation_id)
-            .subquery()
+    def list(
+        self, user_id: str, limit: int = 50, before: str | None = None
+    ) -> ConversationPage:
+        """The user's conversations, most recently updated first, `limit` at a time after the
+        `before` cursor (a page's `next`); each message count is read by the conversation's
+        index, so the cost is that of the page, not of the table."""
+        position = _cursor_position(before) if before is not None else None
+        count = (
+            select(func.count(Message.id))
+            .where(Message.conversation_id == Conversation.id)
+            .scalar_subquery()
         )
-        query = (
-            select(Conversation, func.coalesce(counts.c.n, 0))
-            .outerjoin(counts, counts.c.conversation_id == Conversation.id)
-            .where(Conversation.user_id == user_id)
-            .order_by(Conversation.updated_at.desc(), Conversation.id)
-        )
+        query = select(Conversation, count).where(Conversation.user_id == user_id)
+        if position is not None:
+            updated_at, last_id = position
+            query = query.where(
+                or_(
+                    Conversation.updated_at < updated_at,
+                    and_(Conversation.updated_at == updated_at, Conversation.id > last_id),
+                )
+            )
+        query = query.order_by(Conversation.updated_at.desc(), Conversation.id).limit(limit + 1)
         with self.database.reading() as session:
-            return [_info(row, count) for row, count in session.execute(query)]
+            infos = [_info(row, n) for row, n in session.execute(query)]
+        more = len(infos) > limit
+        infos = infos[:limit]
+        return ConversationPage(
+            conversations=tuple(infos), next=_cursor(infos[-1]) if more else None
+        )
 
     def get(self, user_id: str, conversation_id: str) -> tuple[ConversationInfo, list[ChatMessage]]:
         """A conversation and all its messages; `NotFound` if it is not this user's."""

@@ -85,6 +85,54 @@ def _sqlite_on_begin(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+class WriterTurn:
+    """SQLite's one writer at a time within this process, requests before maintenance.
+
+    Threads of this process take turns on an in-process lock instead of racing for the file
+    lock, whose busy handler sleeps the losers for growing intervals (the benchmark measured
+    a 4x worse p99 that way). The lock is a plain threading.Lock, which promises no order; a
+    `background` writer (the history sweep) additionally waits until no other writer is
+    waiting, so a long series of its short transactions never keeps a request's write out
+    for more than one of them.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting = 0  # writers (not background) waiting for or about to take the lock
+        self._idle = threading.Condition(threading.Lock())
+
+    @property
+    def waiting(self) -> int:
+        """How many writers (not background ones) wait for the lock."""
+        return self._waiting
+
+    @contextmanager
+    def turn(self, *, background: bool = False) -> Iterator[None]:
+        """Hold the writer lock for the block."""
+        if background:
+            while True:
+                with self._idle:
+                    self._idle.wait_for(lambda: self._waiting == 0)
+                self._lock.acquire()
+                if not self._waiting:  # no writer came while this one waited for the lock
+                    break
+                self._lock.release()
+        else:
+            with self._idle:
+                self._waiting += 1
+            try:
+                self._lock.acquire()
+            finally:
+                with self._idle:
+                    self._waiting -= 1
+                    if not self._waiting:
+                        self._idle.notify_all()
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+
 class Database:
     """Owns the engine; hands out read and write sessions that map driver errors to 503."""
 
@@ -94,9 +142,7 @@ class Database:
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._write_engine = engine.execution_options(**{_WRITE: True})
         self._write = sessionmaker(self._write_engine, expire_on_commit=False)
-        self._writer_lock: AbstractContextManager[Any] = (
-            threading.Lock() if self.dialect == "sqlite" else nullcontext()
-        )
+        self._writers = WriterTurn() if self.dialect == "sqlite" else None
 
     @classmethod
     def from_config(cls, config: DatabaseConfig) -> Database:
@@ -110,16 +156,16 @@ class Database:
             yield session
 
     @contextmanager
-    def writing(self) -> Iterator[Session]:
-        """A write transaction: committed when the block ends, rolled back if it raises."""
-        # SQLite has one writer at a time. Threads of this process take turns on an
-        # in-process lock instead of racing for the file lock, whose busy handler sleeps the
-        # losers for growing intervals (the benchmark measured a 4x worse p99 that way). The
-        # lock is a plain threading.Lock, which promises no order: waiters are not
-        # necessarily served in arrival order.
-        with self._writer_lock, self._translate_errors(), self._write() as session:
+    def writing(self, *, background: bool = False) -> Iterator[Session]:
+        """A write transaction: committed when the block ends, rolled back if it raises.
+        A `background` one (maintenance) waits on SQLite until no request's write waits."""
+        # SQLite has one writer at a time: threads of this process take turns (`WriterTurn`).
+        with self._writer_turn(background), self._translate_errors(), self._write() as session:
             with session.begin():
                 yield session
+
+    def _writer_turn(self, background: bool = False) -> AbstractContextManager[Any]:
+        return self._writers.turn(background=background) if self._writers else nullcontext()
 
     @contextmanager
     def reading_cursor(self) -> Iterator[Any]:
@@ -148,8 +194,18 @@ class Database:
     def writing_connection(self) -> Iterator[Connection]:
         """A write transaction as `writing`, on a bare connection: no ORM session around it,
         for the hottest write path (`MemoryStore.set`), whose statements are all Core."""
-        with self._writer_lock, self._translate_errors(), self._write_engine.begin() as connection:
+        with self._writer_turn(), self._translate_errors(), self._write_engine.begin() as connection:
             yield connection
+
+    def checkpoint(self) -> None:
+        """SQLite only (elsewhere nothing): copy the write-ahead log into the database file
+        as far as readers allow, without taking the writer's turn (a PASSIVE checkpoint;
+        writers go on meanwhile). Bulk maintenance calls it, so that the WAL it grows is not
+        checkpointed inside some request's COMMIT instead."""
+        if self.dialect != "sqlite":
+            return
+        with self._translate_errors(), self.engine.connect() as connection:
+            connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
     def lock_user(self, session: Session | Connection, user_id: str) -> None:
         """Create the user's row if missing and hold it locked until the transaction ends.

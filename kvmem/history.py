@@ -186,10 +186,12 @@ class ChangeLog:
         """Delete up to `batch` expired changes of any user (the periodic sweep for users who
         stopped writing); how many. On PostgreSQL rows a user's write is pruning right now
         are skipped, not waited for, so the sweep never deadlocks with a write."""
+        # The oldest first, read off the index on `at`: each batch costs the same, however
+        # many changes are expired or kept (ordering by id would walk the kept ones too).
         expired = (
             select(MemoryChange.id)
             .where(MemoryChange.at < self.cutoff())
-            .order_by(MemoryChange.id)
+            .order_by(MemoryChange.at)
             .limit(batch)
         )
         if session.get_bind().dialect.name == "postgresql":

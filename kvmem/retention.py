@@ -1,5 +1,11 @@
 """The history sweep: every replica deletes expired changes at start and then hourly.
 
+The sweep deletes in short transactions of `SWEEP_BATCH` changes, each in its own worker
+thread job, resting as long as a batch took between them (the event loop is served
+meanwhile); on SQLite each starts only when no request's write is waiting for the writer
+(`WriterTurn`), so no write waits behind the sweep for longer than one batch, however many
+changes expired, and each batch checkpoints the WAL it grew outside the writer's turn.
+
 The write path prunes a user's expired changes as they write (`kvmem.history`); this sweep
 covers users who stopped writing, so that `memory.history.keep_days` holds for everyone
 without a cron job. It knows nothing of HTTP; the app's lifespan runs and cancels it.
@@ -11,7 +17,7 @@ import asyncio
 import logging
 
 from kvmem.errors import StoreUnavailable
-from kvmem.store import MemoryStore
+from kvmem.store import SWEEP_BATCH, MemoryStore
 
 log = logging.getLogger("kvmem.retention")
 
@@ -20,15 +26,9 @@ SWEEP_EVERY_SECONDS = 3600.0
 
 async def sweep_history(store: MemoryStore, every: float = SWEEP_EVERY_SECONDS) -> None:
     """Delete expired changes now and every `every` seconds, until cancelled."""
-    loop = asyncio.get_running_loop()
     while True:
-        job = loop.run_in_executor(None, store.prune_expired_history)
         try:
-            deleted = await asyncio.shield(job)
-        except asyncio.CancelledError:
-            # Shutting down: let a running sweep end before the database is closed under it.
-            await asyncio.gather(job, return_exceptions=True)
-            raise
+            deleted = await sweep_once(store)
         except StoreUnavailable as exc:  # the store is down: try again next time
             log.warning("history sweep skipped, store unavailable: %s", exc)
         except Exception:  # a bug here must not end the sweep for good, nor the server
@@ -37,3 +37,25 @@ async def sweep_history(store: MemoryStore, every: float = SWEEP_EVERY_SECONDS) 
             if deleted:
                 log.info("history sweep deleted %d expired changes", deleted)
         await asyncio.sleep(every)
+
+
+async def sweep_once(store: MemoryStore, batch: int = SWEEP_BATCH) -> int:
+    """Delete every expired change, `batch` per transaction, each in a worker thread of its
+    own, yielding to the event loop between them; how many."""
+    loop = asyncio.get_running_loop()
+    total = 0
+    while True:
+        started = loop.time()
+        job = loop.run_in_executor(None, store.prune_expired_batch, batch)
+        try:
+            deleted = await asyncio.shield(job)
+        except asyncio.CancelledError:
+            # Shutting down: let a running batch end before the database is closed under it.
+            await asyncio.gather(job, return_exceptions=True)
+            raise
+        total += deleted
+        if deleted < batch:
+            return total
+        # Rest as long as the batch took: the writer is free at least half of the time, so
+        # most writes arriving during a long sweep do not even wait for one batch.
+        await asyncio.sleep(loop.time() - started)

@@ -36,6 +36,8 @@ from kvmem.tables import MemoryEntry, User, utcnow
 from kvmem.tokens import TokenCounter
 
 Source = ChangeSource
+# Expired changes deleted per transaction by the sweep: each holds SQLite's writer ~2 ms.
+SWEEP_BATCH = 200
 ImportMode = Literal["merge", "replace"]
 __all__ = [
     "Change", "Entry", "Erased", "HistoryPage", "Imported", "MemoryStore", "Reverted",
@@ -589,6 +591,24 @@ class MemoryStore:
                 raise NotFound(f"no memory and no history with key {key!r}")
             return changes
 
+    def key_history_page(
+        self, user_id: str, key: str, limit: int = 50, before: int | None = None
+    ) -> HistoryPage:
+        """`key_history` a page at a time (newest first, paged by id as `history`);
+        `NotFound` when the key has neither an entry nor a kept change."""
+        self.rules.check_key_format(key)
+        with self.database.reading() as session:
+            page = self.history_log.page(session, user_id, key=key, limit=limit, before=before)
+            if page.changes:
+                return page
+            if before is not None and self.history_log.page(
+                session, user_id, key=key, limit=1
+            ).changes:
+                return page  # past the last page of a key that has changes
+            if _find(session, user_id, key) is None:
+                raise NotFound(f"no memory and no history with key {key!r}")
+            return page
+
     def revert(
         self,
         user_id: str,
@@ -622,17 +642,26 @@ class MemoryStore:
                 _, recorded = self._delete_locked(session, user_id, row, "revert", conversation_id)
             return Reverted(None, _total(session, user_id), recorded)
 
-    def prune_expired_history(self, batch: int = 1000) -> int:
-        """Delete every user's changes older than `keep_days`, `batch` per transaction (short
-        transactions, so writers wait little); how many. The one query not scoped by user:
-        it is maintenance, and reads nothing back."""
+    def prune_expired_history(self, batch: int = SWEEP_BATCH) -> int:
+        """Delete every user's changes older than `keep_days`, `batch` per transaction; how
+        many (`prune_expired_batch` until none is left)."""
         total = 0
         while True:
-            with self.database.writing() as session:
-                deleted = self.history_log.prune_all(session, batch)
+            deleted = self.prune_expired_batch(batch)
             total += deleted
             if deleted < batch:
                 return total
+
+    def prune_expired_batch(self, batch: int = SWEEP_BATCH) -> int:
+        """Delete up to `batch` changes older than `keep_days`, of any user, in one short
+        transaction that a request's write never waits behind (on SQLite it starts only when
+        no other write is waiting); how many. The one query not scoped by user: it is
+        maintenance, and reads nothing back."""
+        with self.database.writing(background=True) as session:
+            deleted = self.history_log.prune_all(session, batch)
+        if deleted:
+            self.database.checkpoint()
+        return deleted
 
     def clear_history(self, user_id: str) -> int:
         """Erase the user's change history (entries stay); how many changes were erased."""

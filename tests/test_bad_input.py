@@ -64,7 +64,7 @@ def nothing_changed(client: TestClient, upstream: Any) -> None:
     """No entry, no conversation, the switch untouched, and no model called."""
     listing = client.get("/memory").json()
     assert (listing["memories"], listing["total_tokens"]) == ([], 0)
-    assert client.get("/conversations").json() == {"conversations": []}
+    assert client.get("/conversations").json() == {"conversations": [], "next": None}
     assert client.get("/preferences").json() == {"memories": True}
     assert upstream.requests == []
 

@@ -366,7 +366,7 @@ def test_a_reader_leaving_mid_stream_stores_nothing_and_closes_upstream(
     (agent,) = upstream.received(AGENT_MODEL)
     assert upstream.wait_ended(agent).disconnected
     assert agent.ended - main.ended < at_most(grace)
-    assert client.get("/conversations").json() == {"conversations": []}
+    assert client.get("/conversations").json() == {"conversations": [], "next": None}
 
 
 def test_the_done_event_has_the_non_streamed_shape(upstream, chat_sections, make_client):
@@ -413,7 +413,7 @@ def test_a_streamed_timeout_before_the_first_delta_is_a_json_504(
                   "message": "the model did not answer within 1 seconds"}
     }
     assert timeout <= elapsed < at_most(timeout)
-    assert client.get("/conversations").json() == {"conversations": []}
+    assert client.get("/conversations").json() == {"conversations": [], "next": None}
 
 
 def test_an_error_after_the_first_delta_ends_the_stream(upstream, chat_sections, make_client):
@@ -431,7 +431,7 @@ def test_an_error_after_the_first_delta_ends_the_stream(upstream, chat_sections,
     assert list(error) == ["error"]
     assert error["error"]["code"] == "upstream_error"
     assert error["error"]["message"].startswith("the model call failed: ")
-    assert client.get("/conversations").json() == {"conversations": []}
+    assert client.get("/conversations").json() == {"conversations": [], "next": None}
 
 
 def test_the_stream_ends_by_main_end_plus_grace_with_a_hanging_agent(
@@ -530,7 +530,7 @@ def test_an_upstream_429_passes_retry_after_through(upstream, chat_sections, mak
         "error": {"code": "rate_limited", "message": Containing("slow down")}
     }
     assert len(upstream.received(MAIN_MODEL)) == 1
-    assert client.get("/conversations").json() == {"conversations": []}
+    assert client.get("/conversations").json() == {"conversations": [], "next": None}
 
 
 def test_an_upstream_429_without_retry_after(upstream, chat_sections, make_client):

@@ -4,8 +4,10 @@ and failed turns that leave nothing behind."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
+from kvmem.tables import Conversation, Message
 from tests.support.apps import MAIN_MODEL, Containing, sse_events
 from tests.support.matchers import ISO_TIME
 from tests.support.upstream import Reply
@@ -165,7 +167,8 @@ def test_conversations_survive_a_restart(upstream, chat_sections, make_client):
     second_app = make_client(**sections)
     assert second_app.get(f"/conversations/{conversation_id}").json() == before
     assert second_app.get("/conversations").json() == {
-        "conversations": [{k: v for k, v in before.items() if k != "messages"}]
+        "conversations": [{k: v for k, v in before.items() if k != "messages"}],
+        "next": None,
     }
     chat_turns(second_app, upstream, [("three", "reply three")], conversation_id)
     assert upstream.received(MAIN_MODEL)[-1].messages == [
@@ -197,7 +200,7 @@ def test_another_users_conversation_is_404_like_a_missing_one(upstream, chat_sec
             assert response.json() == not_found(conversation_id)
 
     assert len(upstream.received(MAIN_MODEL)) == calls_before
-    assert client.get("/conversations", headers=as_user("bob")).json() == {"conversations": []}
+    assert client.get("/conversations", headers=as_user("bob")).json() == {"conversations": [], "next": None}
     alice_view = client.get(f"/conversations/{alices}", headers=as_user("alice"))
     assert alice_view.status_code == 200
     assert alice_view.json()["message_count"] == 2
@@ -226,7 +229,8 @@ def test_list_get_and_delete_shapes(upstream, chat_sections, make_client):
              "updated_at": ISO_TIME, "message_count": 2},
             {"id": older, "title": "Plan a trip to Rome", "created_at": ISO_TIME,
              "updated_at": ISO_TIME, "message_count": 2},
-        ]
+        ],
+        "next": None,
     }
     # A new turn makes a conversation the most recently updated one.
     chat_turns(client, upstream, [("More?", "More.")], older)
@@ -272,7 +276,7 @@ def test_an_empty_list_before_any_chat(chat_sections, make_client):
     client = make_client(**chat_sections(memory=NO_AGENT))
     response = client.get("/conversations")
     assert response.status_code == 200
-    assert response.json() == {"conversations": []}
+    assert response.json() == {"conversations": [], "next": None}
 
 
 def test_an_empty_message_is_refused(upstream, chat_sections, make_client):
@@ -299,7 +303,7 @@ def test_a_failed_first_turn_stores_no_conversation(upstream, chat_sections, mak
     response = client.post("/chat", json={"message": "hi"})
     assert response.status_code == 502
     assert response.json() == upstream_500()
-    assert client.get("/conversations").json() == {"conversations": []}
+    assert client.get("/conversations").json() == {"conversations": [], "next": None}
 
 
 def test_a_failed_turn_stores_nothing_and_the_next_turn_works(upstream, chat_sections, make_client):
@@ -367,4 +371,61 @@ def test_a_streamed_failure_before_the_first_delta_stores_nothing(
     assert response.status_code == 502
     assert response.headers["content-type"] == "application/json"
     assert response.json() == upstream_500()
-    assert client.get("/conversations").json() == {"conversations": []}
+    assert client.get("/conversations").json() == {"conversations": [], "next": None}
+
+
+def plant_conversations(database, user_id: str, stamps: list[tuple[str, str]]) -> None:
+    """Conversations (id, updated_at ISO time) of `user_id`, each with one message."""
+    with database.writing() as session:
+        database.lock_user(session, user_id)
+        for conversation_id, stamp in stamps:
+            at = datetime.fromisoformat(stamp)
+            session.add(Conversation(id=conversation_id, user_id=user_id, title=conversation_id[:4],
+                                     created_at=at, updated_at=at))
+            session.flush()
+            session.add(Message(conversation_id=conversation_id, role="user", content="hi", created_at=at))
+
+
+def listed(conversation_id: str, stamp: str) -> dict[str, Any]:
+    at = stamp.replace("+00:00", "Z")
+    return {"id": conversation_id, "title": conversation_id[:4], "created_at": at,
+            "updated_at": at, "message_count": 1}
+
+
+def test_conversations_page_newest_first_with_ties_in_id_order(make_client, database):
+    a, b, c, d = (f"{n}{n}{n}{n}0000-0000-4000-8000-000000000000" for n in "abcd")
+    new, tie, old = ("2026-03-01T10:00:00.000002+00:00", "2026-03-01T10:00:00.000001+00:00",
+                     "2026-01-01T00:00:00.000000+00:00")
+    plant_conversations(database, "local", [(a, tie), (b, new), (c, old), (d, tie)])
+    plant_conversations(database, "someone-else", [(str(uuid.uuid4()), new)])
+    client = make_client()
+    first = client.get("/conversations", params={"limit": 2})
+    assert (first.status_code, first.json()) == (200, {
+        "conversations": [listed(b, new), listed(a, tie)],
+        "next": f"2026-03-01T10:00:00.000001Z_{a}",
+    })
+    last = client.get("/conversations", params={"limit": 2, "before": first.json()["next"]})
+    assert (last.status_code, last.json()) == (200, {
+        "conversations": [listed(d, tie), listed(c, old)],
+        "next": None,
+    })
+    whole = client.get("/conversations").json()
+    assert whole == {"conversations": [listed(b, new), listed(a, tie), listed(d, tie), listed(c, old)],
+                     "next": None}
+
+
+def test_bad_paging_parameters_of_conversations_are_400(make_client):
+    client = make_client()
+    cursor_error = "before must be the next value of a GET /conversations page, not {!r}"
+    for query, message in [
+        ("limit=0", "limit must be an integer from 1 to 500, not 0"),
+        ("limit=501", "limit must be an integer from 1 to 500, not 501"),
+        ("limit=two", "limit must be an integer from 1 to 500, not 'two'"),
+        ("before=7", cursor_error.format("7")),
+        ("before=2026-03-01T10:00:00Z_not-a-uuid", cursor_error.format("2026-03-01T10:00:00Z_not-a-uuid")),
+        (f"before=yesterday_{uuid.UUID(int=1)}", cursor_error.format(f"yesterday_{uuid.UUID(int=1)}")),
+    ]:
+        response = client.get(f"/conversations?{query}")
+        assert (response.status_code, response.json()) == (
+            400, {"error": {"code": "bad_request", "message": message}}
+        ), query

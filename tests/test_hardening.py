@@ -46,7 +46,7 @@ def nothing_changed(client: TestClient, upstream: ScriptedUpstream) -> None:
     """No entry, no conversation, the switch untouched, and no model called."""
     listing = client.get("/memory").json()
     assert (listing["memories"], listing["total_tokens"]) == ([], 0)
-    assert client.get("/conversations").json() == {"conversations": []}
+    assert client.get("/conversations").json() == {"conversations": [], "next": None}
     assert client.get("/preferences").json() == {"memories": True}
     assert upstream.requests == []
 
@@ -413,7 +413,7 @@ def test_item7_a_context_length_refusal_is_400_on_chat_and_stores_nothing(
     response = client.post("/chat", json={"message": "a very long message", "stream": stream})
     assert (response.status_code, response.json()) == (400, {"error": {
         "code": "upstream_rejected", "message": f"the model refused the request: {CONTEXT}"}})
-    assert client.get("/conversations").json() == {"conversations": []}
+    assert client.get("/conversations").json() == {"conversations": [], "next": None}
 
 
 @pytest.mark.parametrize(("status", "kind"), [

@@ -239,6 +239,55 @@ def test_bad_paging_parameters_are_400(make_client: MakeClient, query: str, mess
     assert (response.status_code, response.json()) == (400, error("bad_request", message))
 
 
+def test_key_history_pages_by_id_as_the_history_does(make_client: MakeClient) -> None:
+    client = make_client()
+    for n in range(3):
+        client.put("/memory/counter", json={"value": f"v{n}"})
+    client.put("/memory/other", json={"value": "x"})
+    client.delete("/memory/counter")
+    ids = ids_of(client, key="counter")
+    first = client.get("/memory/counter/history", params={"limit": 2}).json()
+    assert first == {
+        "changes": [
+            change(ids[0], "counter", "delete", "v2", None),
+            change(ids[1], "counter", "set", "v1", "v2"),
+        ],
+        "next": ids[1],
+    }
+    last = client.get("/memory/counter/history", params={"limit": 2, "before": ids[1]}).json()
+    assert last == {
+        "changes": [
+            change(ids[2], "counter", "set", "v0", "v1"),
+            change(ids[3], "counter", "set", None, "v0"),
+        ],
+        "next": None,
+    }
+    # Past the last page of a key that has changes: an empty page, not a 404.
+    past = client.get("/memory/counter/history", params={"before": ids[3]})
+    assert (past.status_code, past.json()) == (200, {"changes": [], "next": None})
+    missing = client.get("/memory/never/history", params={"before": ids[3]})
+    assert (missing.status_code, missing.json()) == (
+        404, error("not_found", "no memory and no history with key 'never'")
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("limit=0", "limit must be an integer from 1 to 500, not 0"),
+        ("limit=501", "limit must be an integer from 1 to 500, not 501"),
+        ("before=x", "before must be an integer from 1 to 9223372036854775807, not 'x'"),
+    ],
+)
+def test_bad_paging_parameters_of_key_history_are_400(
+    make_client: MakeClient, query: str, message: str
+) -> None:
+    client = make_client()
+    client.put("/memory/likes", json={"value": "tea"})
+    response = client.get(f"/memory/likes/history?{query}")
+    assert (response.status_code, response.json()) == (400, error("bad_request", message))
+
+
 def test_a_huge_before_reads_from_the_newest(make_client: MakeClient) -> None:
     client = make_client()
     client.put("/memory/likes", json={"value": "tea"})
@@ -255,7 +304,8 @@ def test_key_history_outlives_the_entry(make_client: MakeClient) -> None:
     response = client.get("/memory/likes/history")
     assert (response.status_code, response.json()) == (
         200,
-        {"changes": [change(ids[0], "likes", "delete", "tea", None), change(ids[1], "likes", "set", None, "tea")]},
+        {"changes": [change(ids[0], "likes", "delete", "tea", None), change(ids[1], "likes", "set", None, "tea")],
+         "next": None},
     )
     missing = client.get("/memory/never/history")
     assert (missing.status_code, missing.json()) == (
@@ -271,7 +321,7 @@ def test_key_history_of_an_entry_without_changes_is_empty(make_client: MakeClien
     client = make_client(memory={"history": {"keep_days": 0}})
     client.put("/memory/likes", json={"value": "tea"})
     response = client.get("/memory/likes/history")
-    assert (response.status_code, response.json()) == (200, {"changes": []})
+    assert (response.status_code, response.json()) == (200, {"changes": [], "next": None})
 
 
 def test_reserved_keys_keep_the_fixed_paths(make_client: MakeClient) -> None:
@@ -427,7 +477,7 @@ def test_delete_history_keeps_the_entries(make_client: MakeClient) -> None:
     assert (response.status_code, response.json()) == (200, {"deleted": 2})
     assert client.get("/memory").json() == listing
     assert client.get("/memory/history").json() == {"changes": [], "next": None}
-    assert client.get("/memory/likes/history").json() == {"changes": []}
+    assert client.get("/memory/likes/history").json() == {"changes": [], "next": None}
 
 
 def test_clearing_memory_also_erases_its_history(make_client: MakeClient) -> None:

@@ -267,7 +267,7 @@ def test_conversation_routes_never_reach_the_other_user(world: World, how: str) 
         assert without_echo(answers[0], hers, nobodys) == raw(answers[1]), (method, path, body)
 
     assert len(upstream.requests) == calls  # refused before any model call
-    assert client.get("/conversations", headers=bob).json() == {"conversations": []}
+    assert client.get("/conversations", headers=bob).json() == {"conversations": [], "next": None}
     # bob's own conversation is his alone, and alice's listing does not change.
     upstream.script(MAIN_MODEL, Reply(content="hello bob"))
     own = client.post("/chat", json={"message": "bob here"}, headers=bob).json()["conversation_id"]

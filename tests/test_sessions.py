@@ -77,7 +77,7 @@ def test_a_user_key_mints_a_session_that_acts_for_its_user(
         200, entry("fact", "likes tea", 2))  # written as alice
     assert answer(client.patch("/preferences", json={"memories": False}, headers=session)) == (
         200, {"memories": False})
-    assert answer(client.get("/conversations", headers=session)) == (200, {"conversations": []})
+    assert answer(client.get("/conversations", headers=session)) == (200, {"conversations": [], "next": None})
     assert answer(client.delete("/memory", headers=session)) == (200, {"deleted": 1})
 
 

@@ -19,6 +19,7 @@ from kvmem.errors import BadRequest, KvmemError, StoreUnavailable
 from kvmem.main_call import MainCall
 from kvmem.prompts import ChatLine, with_memory
 from kvmem.routes import route
+from kvmem.routes.paging import limit_param
 from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import Services, services_of, user_of
 from kvmem.turn_memory import TurnMemory
@@ -171,8 +172,10 @@ def _error_event(exc: KvmemError) -> str:
 async def list_conversations(request: Request) -> Response:
     services = services_of(request)
     user_id = await user_of(request)
-    infos = await run_in_threadpool(services.conversations.list, user_id)
-    return JSONResponse({"conversations": [info.as_json() for info in infos]})
+    limit = limit_param(request)
+    before = request.query_params.get("before")
+    page = await run_in_threadpool(services.conversations.list, user_id, limit, before)
+    return JSONResponse(page.as_json())
 
 
 async def get_conversation(request: Request) -> Response:

@@ -19,10 +19,8 @@ from kvmem.bodies import RequestBody, parse_json, read_body, read_model
 from kvmem.errors import BadRequest
 from kvmem.exports import export_document, read_document
 from kvmem.routes import route
+from kvmem.routes.paging import MAX_ID, int_param, limit_param
 from kvmem.services import require_memory, services_of, user_of
-
-DEFAULT_LIMIT, MAX_LIMIT = 50, 500
-
 
 class RevertBody(RequestBody):
     """`POST /memory/{key}/revert`."""
@@ -30,26 +28,13 @@ class RevertBody(RequestBody):
     to: StrictInt
 
 
-def _int_param(request: Request, name: str, default: int | None, low: int, high: int) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
-        raise BadRequest(f"{name} must be an integer from {low} to {high}, not {raw[:40]!r}")
-    value = int(raw)
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be an integer from {low} to {high}, not {value}")
-    return value
-
-
 async def list_history(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
     key = request.query_params.get("key")
-    limit = _int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-    before = _int_param(request, "before", None, 1, 2**63 - 1)
-    assert limit is not None
+    limit = limit_param(request)
+    before = int_param(request, "before", None, 1, MAX_ID)
     page = await run_in_threadpool(services.store.history, user, key, limit, before)
     return JSONResponse(page.as_json())
 
@@ -66,10 +51,12 @@ async def key_history(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
-    changes = await run_in_threadpool(
-        services.store.key_history, user, request.path_params["key"]
+    limit = limit_param(request)
+    before = int_param(request, "before", None, 1, MAX_ID)
+    page = await run_in_threadpool(
+        services.store.key_history_page, user, request.path_params["key"], limit, before
     )
-    return JSONResponse({"changes": [change.as_json() for change in changes]})
+    return JSONResponse(page.as_json())
 
 
 async def revert(request: Request) -> Response:
