@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kvmem.bodies import RequestBody, read_model
+from kvmem.bodies import INT64_MAX, RequestBody, read_model
 from kvmem.conversations import new_conversation_id
 from kvmem.errors import BadRequest, KvmemError, StoreUnavailable
 from kvmem.main_call import MainCall
@@ -54,7 +54,8 @@ class Turn:
         max_turns = config.chat.max_turns if self.body.max_turns is None else self.body.max_turns
         history = []
         if not self.new:
-            count = max(2 * max_turns, config.memory.message_window_size)
+            # Within the database's integer range: `max_turns` may be as large as 2**63 - 1.
+            count = min(max(2 * max_turns, config.memory.message_window_size), INT64_MAX)
             history = await run_in_threadpool(
                 self.services.conversations.recent, self.user_id, self.conversation_id, count
             )
