@@ -46,7 +46,7 @@ from kvmem.agent_tools import (
     refusal_message,
     tool_definitions,
 )
-from kvmem.config import Config
+from kvmem.config import AgentConfig, Config
 from kvmem.errors import (
     KvmemError,
 )
@@ -55,6 +55,7 @@ from kvmem.metrics import Metrics
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
 from kvmem.provider import ModelClient, Target, token_prices
 from kvmem.redaction import SecretScrubber
+from kvmem.run_slots import RunSlot, RunSlots
 from kvmem.store import Entry, MemoryStore
 from kvmem.tables import utcnow
 from kvmem.usage import RecordBatches, RunUsage, UsageStore, day_start
@@ -105,6 +106,8 @@ class MemoryAgent:
         self._gate = (
             IntentGate(agent.trigger_phrases) if agent and agent.trigger == "intent" else None
         )
+        bounds = agent or AgentConfig()
+        self._slots = RunSlots(bounds.max_runs_per_user, bounds.max_concurrent_runs)
 
     @property
     def enabled(self) -> bool:
@@ -125,6 +128,7 @@ class MemoryAgent:
         has_window: bool,
         newest_message: str,
         over_budget: bool = False,
+        busy: bool = False,
     ) -> AgentState | None:
         """Why the agent does not run for this request, as its state; None when it runs.
 
@@ -132,7 +136,9 @@ class MemoryAgent:
         temporary request, an opted-out user, no user message to read), `failed` (the store
         could not be read, so the agent would work blind), `gated` (`trigger: intent` and
         `newest_message`, the newest user message, asks nothing of memory), `over_budget`
-        (the user's runs of today reached `daily_token_budget`).
+        (the user's runs of today reached `daily_token_budget`), `busy` (no `RunSlot`: the
+        user's runs in flight reached `max_runs_per_user`, or the process's
+        `max_concurrent_runs`).
         """
         if self.config.memory.disabled:
             return "disabled"
@@ -148,7 +154,15 @@ class MemoryAgent:
             return "gated"
         if over_budget:
             return "over_budget"
+        if busy:
+            return "busy"
         return None
+
+    def reserve(self, user_id: str) -> RunSlot | None:
+        """A place for one of the user's runs among those in flight, or None when the user's
+        or the process's bound is reached. Taken before the budget is read, held until the run
+        ends (`start`) or released by the caller when the agent does not run."""
+        return self._slots.take(user_id)
 
     def not_run(
         self, state: AgentState, user_id: str, conversation_id: str | None
@@ -168,9 +182,11 @@ class MemoryAgent:
         entries: Sequence[Entry],
         window: Sequence[ChatLine],
         *,
+        slot: RunSlot,
         deadline: float | None = None,
     ) -> AgentRun:
-        """Start a run as a tracked task; it works until done or cancelled at its deadline.
+        """Start a run as a tracked task; it works until done or cancelled at its deadline,
+        and gives `slot` back when it ends.
 
         Without `deadline` (a `time.monotonic()` value) the deadline is set later, by
         `AgentRun.main_ended`; the sidecar hook, which has no main response, passes one.
@@ -185,6 +201,7 @@ class MemoryAgent:
         self._runs.add(run)
         run.task.add_done_callback(self._tasks.discard)
         run.task.add_done_callback(lambda _: self._runs.discard(run))
+        run.task.add_done_callback(lambda _: slot.release())
         if deadline is not None:
             run.expire_at(deadline)
         return run

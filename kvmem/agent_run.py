@@ -18,7 +18,7 @@ from kvmem.store import iso
 from kvmem.tables import utcnow
 
 AgentState = Literal[
-    "disabled", "skipped", "gated", "over_budget", "running", "done", "failed", "timeout"
+    "disabled", "skipped", "gated", "over_budget", "busy", "running", "done", "failed", "timeout"
 ]
 
 

@@ -19,6 +19,7 @@
     │   ├── EmptyValue            422 empty_value
     │   └── ValueTooLong          422 value_too_long
     ├── UpstreamRateLimited       429 rate_limited (Retry-After passed through)
+    ├── TooManyRuns               429 too_many_runs (agent runs in flight; Retry-After)
     ├── HeadersTooLarge           431 headers_too_large (answered by the HTTP protocol)
     ├── UpstreamError             502 upstream_error
     ├── StoreUnavailable          503 store_unavailable
@@ -199,6 +200,21 @@ class UpstreamRateLimited(KvmemError):
     @property
     def headers(self) -> dict[str, str]:
         return {"Retry-After": self.retry_after} if self.retry_after else {}
+
+
+class TooManyRuns(KvmemError):
+    """`POST /memory/agent` while the user's runs in flight reached
+    `memory.agent.max_runs_per_user` (or the process's, `max_concurrent_runs`)."""
+
+    status, code = 429, "too_many_runs"
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
 
 
 class HeadersTooLarge(KvmemError):
