@@ -49,6 +49,7 @@ from kvmem.agent_tools import (
 from kvmem.config import AgentConfig, Config
 from kvmem.errors import (
     KvmemError,
+    UserErased,
 )
 from kvmem.intent import IntentGate
 from kvmem.metrics import Metrics
@@ -192,7 +193,9 @@ class MemoryAgent:
         `AgentRun.main_ended`; the sidecar hook, which has no main response, passes one.
         """
         loop = asyncio.get_running_loop()
-        run = AgentRun(state="running", conversation_id=conversation_id, _loop=loop)
+        run = AgentRun(
+            state="running", user_id=user_id, conversation_id=conversation_id, _loop=loop
+        )
         started = time.monotonic()
         run.task = loop.create_task(
             self._run(run, user_id, conversation_id, entries, window, started)
@@ -224,6 +227,15 @@ class MemoryAgent:
         return (self.usage.tokens_today(user_id, now)
                 + self._records.unwritten_tokens(user_id, day_start(now)))
 
+    def stop_runs(self, user_id: str) -> int:
+        """Stop the user's runs in flight in this process (before their erasure): none commits
+        from now on. How many were stopped. (Runs of other processes are fenced by the erasure
+        itself: see `kvmem.erasure`.)"""
+        runs = [run for run in self._runs if run.user_id == user_id]
+        for run in runs:
+            run.stop()
+        return len(runs)
+
     async def shutdown(self, drain_seconds: float = 0.0) -> None:
         """Let runs in flight end by their deadlines, waiting at most `drain_seconds`; then
         cancel the rest and wait for them to end."""
@@ -253,6 +265,10 @@ class MemoryAgent:
         except (asyncio.CancelledError, DeadlinePassed):
             run.state = "timeout"
             log.info("memory agent cut off at its deadline: user=%s conversation=%s",
+                     user_id, conversation_id)
+        except UserErased:
+            run.state = "timeout"
+            log.info("memory agent cut off: its user was erased: user=%s conversation=%s",
                      user_id, conversation_id)
         except Exception as exc:  # the agent must never take the chat down with it
             run.state = "failed"
@@ -455,6 +471,8 @@ class MemoryAgent:
             return await anyio.to_thread.run_sync(
                 self._set, run, user_id, key, value, abandon_on_cancel=True
             ), True
+        except UserErased:
+            raise  # the run ends: nothing of an erased user is written
         except KvmemError as exc:
             return self._refusal(exc, key), False
 
@@ -462,7 +480,8 @@ class MemoryAgent:
         guard = run.commit_guard()
         try:
             written = self.store.set(
-                user_id, key, value, "agent", conversation_id=run.conversation_id, guard=guard
+                user_id, key, value, "agent", conversation_id=run.conversation_id, guard=guard,
+                since=run.started_at,
             )
             run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
         finally:
@@ -474,7 +493,8 @@ class MemoryAgent:
         guard = run.commit_guard()
         try:
             self.store.delete(
-                user_id, key, "agent", conversation_id=run.conversation_id, guard=guard
+                user_id, key, "agent", conversation_id=run.conversation_id, guard=guard,
+                since=run.started_at,
             )
             run.record(MemoryUpdate("delete", key))
         finally:

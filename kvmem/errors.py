@@ -12,6 +12,7 @@
     ├── MethodNotAllowed          405 method_not_allowed
     ├── RequestTimeout            408 request_timeout
     ├── MemoryFull                409 memory_full
+    ├── UserErased                409 user_erased (a write begun before the user's erasure)
     ├── BodyTooLarge              413 body_too_large
     ├── InvalidMemory             422 (base of the write-rule errors below)
     │   ├── InvalidKey            422 invalid_key
@@ -150,6 +151,13 @@ class MemoryFull(KvmemError):
     """The write would take the user's total tokens above `tokenLimit`."""
 
     status, code = 409, "memory_full"
+
+
+class UserErased(KvmemError):
+    """A write of work that began before its user was erased (an agent run in flight when
+    `DELETE /me` answered): refused, so that nothing of the user comes back."""
+
+    status, code = 409, "user_erased"
 
 
 class BodyTooLarge(KvmemError):
