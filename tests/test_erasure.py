@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -123,3 +124,19 @@ def test_the_fence_keeps_a_hash_of_the_id_not_the_id(
     with database.reading() as session:
         fences = session.execute(select(UserErasure.user_hash)).scalars().all()
     assert fences == [hashlib.sha256(b"local").hexdigest()]
+
+
+def test_a_chat_turn_in_flight_during_the_erasure_is_not_stored(
+    make_client: MakeClient, chat_sections: Any, upstream: Any, database: Database,
+    make_store: Callable[..., MemoryStore],
+) -> None:
+    client = make_client(**chat_sections(memory={"agent": None}))
+    upstream.script("main-model", Reply(content="hello", delay=1.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        turn = pool.submit(client.post, "/chat", json={"message": "hi"})
+        upstream.wait_for("main-model")
+        assert make_store().erase_user("local").as_json() == NOTHING
+        answer = turn.result(timeout=10)
+    assert (answer.status_code, answer.json()["response"]) == (200, "hello")
+    assert client.get("/conversations").json() == {"conversations": []}
+    assert rows_of(database, "local") == NONE_LEFT

@@ -15,12 +15,13 @@ from starlette.routing import Route
 
 from kvmem.bodies import INT64_MAX, RequestBody, read_model
 from kvmem.conversations import new_conversation_id
-from kvmem.errors import BadRequest, KvmemError, StoreUnavailable
+from kvmem.errors import BadRequest, KvmemError, StoreUnavailable, UserErased
 from kvmem.main_call import MainCall
 from kvmem.prompts import ChatLine, with_memory
 from kvmem.routes import route
 from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import Services, services_of, user_of
+from kvmem.tables import utcnow
 from kvmem.turn_memory import TurnMemory
 
 log = logging.getLogger("kvmem.chat")
@@ -47,6 +48,7 @@ class Turn:
         self.conversation_id = body.conversation_id or new_conversation_id()
         self.memory: TurnMemory | None = None
         self.messages: list[dict[str, str]] = []
+        self.began = utcnow()  # an erasure of the user after this keeps the turn from being stored
 
     async def prepare(self) -> None:
         """Load the history (404 if not the user's), start memory, build the upstream request."""
@@ -88,7 +90,11 @@ class Turn:
                 self.body.message,
                 reply,
                 new=self.new,
+                began=self.began,
             )
+        except UserErased:
+            log.info("user %s was erased during the turn; not stored", self.user_id)
+            return
         except StoreUnavailable as exc:
             log.warning("turn not stored, store unavailable: user=%s conversation=%s: %s",
                         self.user_id, self.conversation_id, exc)
