@@ -46,15 +46,17 @@ from kvmem.agent_tools import (
     refusal_message,
     tool_definitions,
 )
-from kvmem.config import Config
+from kvmem.config import AgentConfig, Config
 from kvmem.errors import (
     KvmemError,
+    UserErased,
 )
 from kvmem.intent import IntentGate
 from kvmem.metrics import Metrics
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
 from kvmem.provider import ModelClient, Target, token_prices
 from kvmem.redaction import SecretScrubber
+from kvmem.run_slots import RunSlot, RunSlots
 from kvmem.store import Entry, MemoryStore
 from kvmem.tables import utcnow
 from kvmem.usage import RecordBatches, RunUsage, UsageStore, day_start
@@ -105,6 +107,8 @@ class MemoryAgent:
         self._gate = (
             IntentGate(agent.trigger_phrases) if agent and agent.trigger == "intent" else None
         )
+        bounds = agent or AgentConfig()
+        self._slots = RunSlots(bounds.max_runs_per_user, bounds.max_concurrent_runs)
 
     @property
     def enabled(self) -> bool:
@@ -125,6 +129,7 @@ class MemoryAgent:
         has_window: bool,
         newest_message: str,
         over_budget: bool = False,
+        busy: bool = False,
     ) -> AgentState | None:
         """Why the agent does not run for this request, as its state; None when it runs.
 
@@ -132,7 +137,9 @@ class MemoryAgent:
         temporary request, an opted-out user, no user message to read), `failed` (the store
         could not be read, so the agent would work blind), `gated` (`trigger: intent` and
         `newest_message`, the newest user message, is small talk: kvmem/intent.py), `over_budget`
-        (the user's runs of today reached `daily_token_budget`).
+        (the user's runs of today reached `daily_token_budget`), `busy` (no `RunSlot`: the
+        user's runs in flight reached `max_runs_per_user`, or the process's
+        `max_concurrent_runs`).
         """
         if self.config.memory.disabled:
             return "disabled"
@@ -148,7 +155,15 @@ class MemoryAgent:
             return "gated"
         if over_budget:
             return "over_budget"
+        if busy:
+            return "busy"
         return None
+
+    def reserve(self, user_id: str) -> RunSlot | None:
+        """A place for one of the user's runs among those in flight, or None when the user's
+        or the process's bound is reached. Taken before the budget is read, held until the run
+        ends (`start`) or released by the caller when the agent does not run."""
+        return self._slots.take(user_id)
 
     def not_run(
         self, state: AgentState, user_id: str, conversation_id: str | None
@@ -168,15 +183,19 @@ class MemoryAgent:
         entries: Sequence[Entry],
         window: Sequence[ChatLine],
         *,
+        slot: RunSlot,
         deadline: float | None = None,
     ) -> AgentRun:
-        """Start a run as a tracked task; it works until done or cancelled at its deadline.
+        """Start a run as a tracked task; it works until done or cancelled at its deadline,
+        and gives `slot` back when it ends.
 
         Without `deadline` (a `time.monotonic()` value) the deadline is set later, by
         `AgentRun.main_ended`; the sidecar hook, which has no main response, passes one.
         """
         loop = asyncio.get_running_loop()
-        run = AgentRun(state="running", conversation_id=conversation_id, _loop=loop)
+        run = AgentRun(
+            state="running", user_id=user_id, conversation_id=conversation_id, _loop=loop
+        )
         started = time.monotonic()
         run.task = loop.create_task(
             self._run(run, user_id, conversation_id, entries, window, started)
@@ -185,6 +204,7 @@ class MemoryAgent:
         self._runs.add(run)
         run.task.add_done_callback(self._tasks.discard)
         run.task.add_done_callback(lambda _: self._runs.discard(run))
+        run.task.add_done_callback(lambda _: slot.release())
         if deadline is not None:
             run.expire_at(deadline)
         return run
@@ -206,6 +226,15 @@ class MemoryAgent:
         now = utcnow()
         return (self.usage.tokens_today(user_id, now)
                 + self._records.unwritten_tokens(user_id, day_start(now)))
+
+    def stop_runs(self, user_id: str) -> int:
+        """Stop the user's runs in flight in this process (before their erasure): none commits
+        from now on. How many were stopped. (Runs of other processes are fenced by the erasure
+        itself: see `kvmem.erasure`.)"""
+        runs = [run for run in self._runs if run.user_id == user_id]
+        for run in runs:
+            run.stop()
+        return len(runs)
 
     async def shutdown(self, drain_seconds: float = 0.0) -> None:
         """Let runs in flight end by their deadlines, waiting at most `drain_seconds`; then
@@ -236,6 +265,10 @@ class MemoryAgent:
         except (asyncio.CancelledError, DeadlinePassed):
             run.state = "timeout"
             log.info("memory agent cut off at its deadline: user=%s conversation=%s",
+                     user_id, conversation_id)
+        except UserErased:
+            run.state = "timeout"
+            log.info("memory agent cut off: its user was erased: user=%s conversation=%s",
                      user_id, conversation_id)
         except Exception as exc:  # the agent must never take the chat down with it
             run.state = "failed"
@@ -438,6 +471,8 @@ class MemoryAgent:
             return await anyio.to_thread.run_sync(
                 self._set, run, user_id, key, value, abandon_on_cancel=True
             ), True
+        except UserErased:
+            raise  # the run ends: nothing of an erased user is written
         except KvmemError as exc:
             return self._refusal(exc, key), False
 
@@ -445,7 +480,8 @@ class MemoryAgent:
         guard = run.commit_guard()
         try:
             written = self.store.set(
-                user_id, key, value, "agent", conversation_id=run.conversation_id, guard=guard
+                user_id, key, value, "agent", conversation_id=run.conversation_id, guard=guard,
+                since=run.started_at,
             )
             run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
         finally:
@@ -457,7 +493,8 @@ class MemoryAgent:
         guard = run.commit_guard()
         try:
             self.store.delete(
-                user_id, key, "agent", conversation_id=run.conversation_id, guard=guard
+                user_id, key, "agent", conversation_id=run.conversation_id, guard=guard,
+                since=run.started_at,
             )
             run.record(MemoryUpdate("delete", key))
         finally:

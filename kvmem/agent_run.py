@@ -18,7 +18,7 @@ from kvmem.store import iso
 from kvmem.tables import utcnow
 
 AgentState = Literal[
-    "disabled", "skipped", "gated", "over_budget", "running", "done", "failed", "timeout"
+    "disabled", "skipped", "gated", "over_budget", "busy", "running", "done", "failed", "timeout"
 ]
 
 
@@ -48,6 +48,7 @@ class AgentRun:
 
     state: AgentState
     updates: list[MemoryUpdate] = field(default_factory=list)
+    user_id: str | None = None  # whose memory the run writes (None for a run never started)
     # The conversation the run reads; its writes are recorded in the history with it.
     conversation_id: str | None = None
     task: asyncio.Task[None] | None = None
@@ -81,6 +82,12 @@ class AgentRun:
         self.deadline = deadline
         assert self._loop is not None
         self._timer = self._loop.call_later(deadline - time.monotonic(), self._expire)
+
+    def stop(self) -> None:
+        """End the run now, as its deadline would (its user is being erased): no commit is
+        let through from here on, and one let through just before is waited for."""
+        if self.task is not None and not self.task.done():
+            self._expire()
 
     def check_deadline(self) -> None:
         """Raise if the deadline has passed (called from worker threads)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import sys
 from typing import Any, TypeVar
@@ -68,14 +69,65 @@ def _configured_body_timeout(request: Request) -> float | None:
     return services.config.server.body_timeout_seconds if services is not None else None
 
 
+# The integers a JSON body may hold: SQLite and PostgreSQL store signed 64-bit integers, and
+# an upstream or client on the other side may not take more either.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class _BadNumber(ValueError):
+    """A number JSON bodies may not hold (raised from inside `json.loads`)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _BadNumber(f"the JSON body holds {name}, which is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses to infinity
+        raise _BadNumber(f"the JSON body holds a number out of range ({text[:40]})")
+    return value
+
+
+def _int64(text: str) -> int:
+    value = int(text)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise _BadNumber(
+            f"the JSON body holds an integer outside the signed 64-bit range ({text[:40]})"
+        )
+    return value
+
+
+def _loads(text: str) -> Any:
+    """`json.loads` refusing `NaN`, `Infinity`, `-Infinity`, floats that overflow and
+    integers outside signed 64 bits (`_BadNumber`)."""
+    return json.loads(
+        text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_int64
+    )
+
+
+def check_numbers(raw: bytes) -> None:
+    """`BadRequest` if `raw`, when it is JSON at all, holds a number JSON bodies may not hold
+    (for a body another parser reads: /mcp's); malformed JSON is left to that parser."""
+    try:
+        _loads(raw.decode("utf-8"))
+    except _BadNumber as exc:
+        raise BadRequest(str(exc)) from exc
+    except (ValueError, RecursionError):
+        return
+
+
 # A `\uD800`-`\uDFFF` escape: JSON allows it, but a lone one is no character at all.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def parse_json(raw: bytes) -> Any:
-    """`raw` decoded as UTF-8 JSON, or `BadRequest` saying what is wrong."""
+    """`raw` decoded as UTF-8 JSON, or `BadRequest` saying what is wrong (also for `NaN`,
+    `Infinity` and integers outside signed 64 bits: the one check of every body's numbers)."""
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = _loads(raw.decode("utf-8"))
+    except _BadNumber as exc:
+        raise BadRequest(str(exc)) from exc
     except UnicodeDecodeError as exc:
         raise BadRequest(f"the body is not valid UTF-8 (byte {exc.start})") from exc
     except RecursionError as exc:

@@ -169,6 +169,10 @@ class AgentConfig(Section):
     grace_seconds: float = Field(3, ge=0)
     # Input + output tokens of a user's agent runs per UTC day; past it, no agent call.
     daily_token_budget: int | None = Field(None, ge=0)
+    # Runs in flight at once: one user's, and the process's; past either, the turn's agent
+    # is `busy` (no model call) and `POST /memory/agent` answers 429 `too_many_runs`.
+    max_runs_per_user: int = Field(2, ge=1)
+    max_concurrent_runs: int = Field(64, ge=1)
     trigger: Literal["always", "intent"] = "always"
     trigger_phrases: list[str] = Field(default_factory=list)
     mode: Literal["tools", "json"] = "tools"

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import and_, delete, func, or_, select
 
 from kvmem.db import Database
+from kvmem.erasure import check_not_erased
 from kvmem.errors import BadRequest, NotFound
 from kvmem.store import iso
 from kvmem.tables import Conversation, Message, utcnow
@@ -174,15 +175,19 @@ class ConversationStore:
         return [ChatMessage(m.role, m.content, m.created_at) for m in reversed(rows)]
 
     def record_turn(
-        self, user_id: str, conversation_id: str, user_text: str, reply: str, *, new: bool
+        self, user_id: str, conversation_id: str, user_text: str, reply: str, *, new: bool,
+        began: datetime | None = None,
     ) -> bool:
         """Store a finished turn (creating the conversation when `new`).
 
         False if an existing conversation was deleted meanwhile: it is not brought back.
+        `UserErased` (nothing stored) if the user was erased after the turn `began`.
         """
         now = utcnow()
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
+            if began is not None:
+                check_not_erased(session.connection(), user_id, began)
             if new:
                 session.add(
                     Conversation(

@@ -77,6 +77,9 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     # so a power cut may lose the last commits but never corrupts the file. FULL would add
     # an fsync to every commit and cap concurrent writers at the disk's fsync rate.
     cursor.execute("PRAGMA synchronous=NORMAL")
+    # Deleted content is overwritten with zeros, not left in free pages: an erased user's
+    # text (DELETE /me, kvmem user erase) must be gone from the file, not merely unlinked.
+    cursor.execute("PRAGMA secure_delete=ON")
     cursor.close()
 
 
@@ -246,6 +249,31 @@ class Database:
             if getattr(exc.orig, "sqlstate", None) not in _UNAVAILABLE_STATES:
                 raise
             raise StoreUnavailable(f"the memory store is unavailable: {exc.orig}") from exc
+
+    def truncate_wal(self) -> bool:
+        """SQLite: copy the WAL into the database file and empty it, so that deleted text
+        (overwritten with zeros there by `secure_delete`) is gone from both files. True when
+        done; False when readers kept it from finishing within the busy timeout (the WAL
+        frames are then overwritten by later writes, and emptied by the next checkpoint).
+        Elsewhere nothing: True."""
+        if self.dialect != "sqlite":
+            return True
+        dbapi = self.engine.dialect.dbapi
+        try:
+            with self._translate_errors():
+                connection = self.engine.raw_connection()
+            try:
+                # Outside any transaction (autocommit, see `_sqlite_on_connect`), and between
+                # this process's writers; the busy handler waits out other processes' readers.
+                with self._writer_lock:
+                    cursor = connection.cursor()
+                    busy, _, _ = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                    cursor.close()
+            finally:
+                connection.close()
+        except (dbapi.OperationalError, dbapi.InterfaceError) as exc:
+            raise StoreUnavailable(f"the memory store is unavailable: {exc}") from exc
+        return not busy
 
     def ping(self) -> bool:
         """Whether the database answers a trivial query."""

@@ -5,17 +5,37 @@ too: a row belongs to the user when it has the user's `user_id`, references the 
 or references (one level down) a row that has the user's `user_id` (messages through their
 conversation). Children go before parents, then the `users` row (preferences) itself.
 It works in a session `MemoryStore.erase_user` opened; it knows nothing of HTTP.
+
+An erasure is final: it leaves a fence (`user_erasures`: the sha256 of the user id, not the
+id, and when, kept for `FENCE_KEPT`), and a write of work that began before it (an agent
+run's write, its usage record, a `/chat` turn) checks the fence in its own transaction, under
+the user's lock, and writes nothing (`check_not_erased`). The fence is in the database, so it
+holds on every replica.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, delete, or_, select
+from sqlalchemy import ColumnElement, Table, bindparam, delete, insert, or_, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from kvmem.tables import Base
+from kvmem.errors import UserErased
+from kvmem.tables import Base, UserErasure
+
+# Longer than any work in flight can last (an agent run lives seconds, its record a moment).
+FENCE_KEPT = timedelta(days=1)
+_ERASED_AT = select(UserErasure.erased_at).where(UserErasure.user_hash == bindparam("user_hash"))
+
+
+def user_hash(user_id: str) -> str:
+    """What the fence keeps of an erased user: the sha256 of the id, in hex."""
+    return hashlib.sha256(user_id.encode("utf-8")).hexdigest()
 
 # What `DELETE /me` reports, by table.
 REPORTED = {
@@ -83,3 +103,35 @@ def _owned_by(table: Table, users: Table, user_id: str) -> ColumnElement[bool] |
             owned = select(foreign_key.column).where(parent.c.user_id == user_id)
             conditions.append(foreign_key.parent.in_(owned))
     return or_(*conditions) if conditions else None
+
+
+def fence_user(session: Session, user_id: str, now: datetime) -> None:
+    """Record that the user was erased `now` (inside the erasure's transaction), and drop the
+    fences older than `FENCE_KEPT`."""
+    fenced = user_hash(user_id)
+    session.execute(delete(UserErasure).where(
+        (UserErasure.user_hash == fenced) | (UserErasure.erased_at < now - FENCE_KEPT)
+    ))
+    session.execute(insert(UserErasure).values(user_hash=fenced, erased_at=now))
+
+
+def erasure_times(connection: Connection, user_ids: Iterable[str]) -> dict[str, datetime]:
+    """When each of these users was last erased (those erased within `FENCE_KEPT`)."""
+    hashes = {user_hash(user_id): user_id for user_id in user_ids}
+    rows = connection.execute(
+        select(UserErasure.user_hash, UserErasure.erased_at)
+        .where(UserErasure.user_hash.in_(list(hashes)))
+    )
+    return {hashes[fenced]: erased_at for fenced, erased_at in rows}
+
+
+def erased_since(connection: Connection, user_id: str, since: datetime) -> bool:
+    """Whether the user was erased at or after `since` (read under the user's lock)."""
+    erased_at = connection.execute(_ERASED_AT, {"user_hash": user_hash(user_id)}).scalar()
+    return erased_at is not None and erased_at >= since
+
+
+def check_not_erased(connection: Connection, user_id: str, since: datetime) -> None:
+    """`UserErased` if the user was erased after work that began at `since` began."""
+    if erased_since(connection, user_id, since):
+        raise UserErased(f"user {user_id!r} was erased after this write began")

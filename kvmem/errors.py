@@ -12,6 +12,7 @@
     ├── MethodNotAllowed          405 method_not_allowed
     ├── RequestTimeout            408 request_timeout
     ├── MemoryFull                409 memory_full
+    ├── UserErased                409 user_erased (a write begun before the user's erasure)
     ├── BodyTooLarge              413 body_too_large
     ├── ClientGone                499 client_gone (the client left; nobody reads the answer)
     ├── InvalidMemory             422 (base of the write-rule errors below)
@@ -20,6 +21,7 @@
     │   ├── EmptyValue            422 empty_value
     │   └── ValueTooLong          422 value_too_long
     ├── UpstreamRateLimited       429 rate_limited (Retry-After passed through)
+    ├── TooManyRuns               429 too_many_runs (agent runs in flight; Retry-After)
     ├── HeadersTooLarge           431 headers_too_large (answered by the HTTP protocol)
     ├── UpstreamError             502 upstream_error
     ├── StoreUnavailable          503 store_unavailable
@@ -154,6 +156,13 @@ class MemoryFull(KvmemError):
     status, code = 409, "memory_full"
 
 
+class UserErased(KvmemError):
+    """A write of work that began before its user was erased (an agent run in flight when
+    `DELETE /me` answered): refused, so that nothing of the user comes back."""
+
+    status, code = 409, "user_erased"
+
+
 class BodyTooLarge(KvmemError):
     """The request body is larger than `server.max_body_bytes`."""
 
@@ -209,6 +218,21 @@ class UpstreamRateLimited(KvmemError):
     @property
     def headers(self) -> dict[str, str]:
         return {"Retry-After": self.retry_after} if self.retry_after else {}
+
+
+class TooManyRuns(KvmemError):
+    """`POST /memory/agent` while the user's runs in flight reached
+    `memory.agent.max_runs_per_user` (or the process's, `max_concurrent_runs`)."""
+
+    status, code = 429, "too_many_runs"
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
 
 
 class HeadersTooLarge(KvmemError):

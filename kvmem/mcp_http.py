@@ -19,7 +19,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
-from kvmem.bodies import read_body
+from kvmem.bodies import check_numbers, read_body
 from kvmem.errors import BadRequest, Forbidden, MethodNotAllowed
 from kvmem.services import Services, user_of
 
@@ -93,6 +93,7 @@ class McpEndpoint:
         # Read here, within server.max_body_bytes, so that an oversized body gets kvmem's
         # 413; the transport then reads the same bytes.
         body = await read_body(request, transport.max_body_bytes)
+        check_numbers(body)  # the transport's parser takes NaN and integers of any size
         http = await transport.http()
         await http.handle(scope, _replay(body, receive), send, user=user)
 

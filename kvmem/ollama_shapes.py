@@ -20,6 +20,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from kvmem.completion_shapes import (
+    a_string,
+    an_array,
+    an_object,
+    chunk_choices,
+    first_choice,
+    usage_of,
+)
 from kvmem.errors import BadRequest, UpstreamError
 
 # The Ollama API version whose shapes kvmem serves (clients gate features on it: tools,
@@ -350,11 +358,16 @@ class ToolCallParts:
 
     def add(self, fragments: list[dict[str, Any]] | None) -> None:
         """Fold in one delta's `tool_calls`."""
-        for fragment in fragments or ():
-            call = self.calls.setdefault(fragment.get("index", 0), {"name": "", "arguments": ""})
-            function = fragment.get("function") or {}
-            call["name"] += function.get("name") or ""
-            call["arguments"] += function.get("arguments") or ""
+        for fragment in an_array(fragments, "a delta's tool_calls"):
+            fragment = an_object(fragment, "a streamed tool call")
+            index = fragment.get("index", 0)
+            if not isinstance(index, int):
+                raise UpstreamError("the model call failed: a streamed tool call's index is "
+                                    "not an integer (a malformed response)", upstream_status=200)
+            call = self.calls.setdefault(index, {"name": "", "arguments": ""})
+            function = an_object(fragment.get("function"), "a streamed tool call's function")
+            call["name"] += a_string(function.get("name"), "a tool call's name") or ""
+            call["arguments"] += a_string(function.get("arguments"), "a tool call's arguments") or ""
 
     def whole(self) -> list[dict[str, Any]]:
         """The calls, in Ollama's shape."""
@@ -406,14 +419,18 @@ class Reply:
 
     def whole(self, completion: dict[str, Any]) -> dict[str, Any]:
         """A non-streamed OpenAI completion as one Ollama reply."""
-        choice = (completion.get("choices") or [{}])[0]
-        message = choice.get("message") or {}
-        calls = [
-            tool_call((c.get("function") or {}).get("name") or "", (c.get("function") or {}).get("arguments"))
-            for c in message.get("tool_calls") or ()
-        ]
-        return self.last(message.get("content") or "", choice.get("finish_reason"),
-                         completion.get("usage"), calls)
+        # Every field read is checked: a wrong shape is the upstream's failure (502), not ours.
+        choice = first_choice(completion)
+        message = choice["message"]
+        calls = []
+        for call in an_array(message.get("tool_calls"), "the message's tool_calls"):
+            function = an_object(an_object(call, "a tool call").get("function"),
+                                 "a tool call's function")
+            calls.append(tool_call(a_string(function.get("name"), "a tool call's name") or "",
+                                   function.get("arguments")))
+        return self.last(a_string(message.get("content"), "the message's content") or "",
+                         a_string(choice.get("finish_reason"), "finish_reason"),
+                         usage_of(completion), calls)
 
     async def lines(self, chunks: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[str, None]:
         """Streamed OpenAI chunks as NDJSON lines: each piece of text as it arrives, the tool
@@ -421,13 +438,14 @@ class Reply:
         calls = ToolCallParts()
         finish_reason, usage = None, None
         async for chunk in chunks:
-            usage = chunk.get("usage") or usage
-            for choice in (chunk.get("choices") or ())[:1]:
-                delta = choice.get("delta") or {}
-                if delta.get("content"):
-                    yield ndjson(self.part(delta["content"]))
+            usage = usage_of(chunk) or usage
+            for choice in chunk_choices(chunk)[:1]:
+                delta = an_object(choice.get("delta"), "a chunk's delta")
+                content = a_string(delta.get("content"), "a delta's content")
+                if content:
+                    yield ndjson(self.part(content))
                 calls.add(delta.get("tool_calls"))
-                finish_reason = choice.get("finish_reason") or finish_reason
+                finish_reason = a_string(choice.get("finish_reason"), "finish_reason") or finish_reason
         if calls.calls:
             yield ndjson(self.part("", calls.whole()))
         yield ndjson(self.last("", finish_reason, usage))
@@ -439,5 +457,5 @@ def has_output(chunk: dict[str, Any]) -> bool:
         (choice.get("delta") or {}).get("content")
         or (choice.get("delta") or {}).get("tool_calls")
         or choice.get("finish_reason")
-        for choice in chunk.get("choices") or ()
+        for choice in chunk_choices(chunk)
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -27,13 +28,15 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.orm import Session
 
 from kvmem.db import Database
-from kvmem.erasure import Erased, erase_user_rows
+from kvmem.erasure import Erased, check_not_erased, erase_user_rows, fence_user
 from kvmem.errors import BadRequest, KvmemError, MemoryFull, NotFound
 from kvmem.group_commit import GroupCommit, Prepare
 from kvmem.history import Change, ChangeLog, ChangeSource, HistoryPage, iso
 from kvmem.rules import MemoryRules
 from kvmem.tables import MemoryEntry, User, utcnow
 from kvmem.tokens import TokenCounter
+
+log = logging.getLogger("kvmem.store")
 
 Source = ChangeSource
 # Expired changes deleted per transaction by the sweep: each holds SQLite's writer ~2 ms.
@@ -281,14 +284,17 @@ class MemoryStore:
         *,
         conversation_id: str | None = None,
         guard: Callable[[], None] | None = None,
+        since: datetime | None = None,
     ) -> Written:
         """Create or replace the entry at `key`; `MemoryFull` if it would pass `tokenLimit`.
 
         The change is recorded with `source` and `conversation_id` (the conversation whose
         agent run made it). `guard` runs just before the commit; if it raises, nothing is
         written (the memory agent uses it so that no write lands after its deadline).
+        `since`, when the work making the write began, refuses it with `UserErased` if the
+        user was erased after that (the agent's runs pass it: erasure is final).
         """
-        prepare = self._set_write(user_id, key, value, source, conversation_id)
+        prepare = self._set_write(user_id, key, value, source, conversation_id, since)
         # A guarded write runs alone, its guard checked right before its own COMMIT.
         future = self._group.submit(prepare) if self._group and guard is None else None
         if future is not None:
@@ -352,6 +358,7 @@ class MemoryStore:
         value: str,
         source: Source,
         conversation_id: str | None,
+        since: datetime | None = None,
     ) -> Prepare:
         """`set` in two steps: checking and counting the value (no transaction), then
         writing it on a connection whose transaction the caller owns."""
@@ -363,6 +370,8 @@ class MemoryStore:
 
             def write(connection: Connection) -> Written:
                 self.database.lock_user(connection, user_id)
+                if since is not None:
+                    check_not_erased(connection, user_id, since)
                 return self._set_locked(
                     connection, user_id, key, clean, tokens, source, conversation_id
                 )
@@ -379,12 +388,15 @@ class MemoryStore:
         *,
         conversation_id: str | None = None,
         guard: Callable[[], None] | None = None,
+        since: datetime | None = None,
     ) -> Entry:
         """Remove the entry at `key` and return it, or `NotFound`; the rest as for `set`."""
         self.rules.check_key_format(key)
         with self.database.writing() as session:
             # Every write takes the user's lock first: one lock order for all writers.
             self.database.lock_user(session, user_id)
+            if since is not None:
+                check_not_erased(session.connection(), user_id, since)
             row = _find(session, user_id, key)
             if row is None:
                 raise NotFound(f"no memory with key {key!r}")
@@ -670,10 +682,18 @@ class MemoryStore:
             return self.history_log.clear(session, user_id)
 
     def erase_user(self, user_id: str) -> Erased:
-        """Delete every row kvmem holds for the user, from every table, in one transaction."""
+        """Delete every row kvmem holds for the user, from every table, in one transaction
+        that also fences the user (see `kvmem.erasure`); on SQLite the deleted text is then
+        gone from the database files too (`secure_delete`, and the WAL checkpointed)."""
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
-            return erase_user_rows(session, user_id)
+            erased = erase_user_rows(session, user_id)
+            # Taken last: work that began while the rows were being deleted is fenced too.
+            fence_user(session, user_id, utcnow())
+        if not self.database.truncate_wal():
+            log.warning("erased user %s; the WAL could not be emptied now (readers kept it "
+                        "busy): the next checkpoint does it", user_id)
+        return erased
 
     def memories_enabled(self, user_id: str) -> bool:
         """The user's opt-out switch (true unless they turned memory off)."""

@@ -202,3 +202,15 @@ class AgentRunRecord(Base):
     cost_usd: Mapped[float | None] = mapped_column(Float, nullable=True)
     state: Mapped[str] = mapped_column(String(16))
     writes: Mapped[int] = mapped_column(Integer)
+
+
+class UserErasure(Base):
+    """A user erased at `erased_at` (kept a day): work begun before it writes nothing for them.
+
+    Not the user's data but the fence of their erasure: it holds the sha256 of the user id,
+    not the id, has no foreign key to `users`, and the erasure does not delete it."""
+
+    __tablename__ = "user_erasures"
+
+    user_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    erased_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -24,6 +24,7 @@ from kvmem.agent_run import AgentRun
 from kvmem.config import Config
 from kvmem.errors import BadRequest, StoreUnavailable
 from kvmem.prompts import ChatLine, entries_within, render_memory_block
+from kvmem.run_slots import RunSlot
 from kvmem.store import Entry, MemoryStore, Snapshot
 
 log = logging.getLogger("kvmem.turn_memory")
@@ -110,31 +111,56 @@ class MemoryService:
         temporary: bool,
     ) -> TurnMemory:
         """Read the user's memory, render the block and start the agent (before the main call)."""
-        entries: list[Entry] = []
-        snapshot, block, store_failed, over_budget = None, "", False, False
-        if not self.config.memory.disabled and not temporary:
-            try:
-                snapshot, entries, block, over_budget = await run_in_threadpool(
-                    self._read_turn, user_id
-                )
-            except StoreUnavailable as exc:
-                log.warning("memory unavailable, chatting without it: user=%s: %s", user_id, exc)
-                store_failed = True
         window = self.window(messages)
-        state = self.agent.verdict(
-            temporary=temporary,
-            store_failed=store_failed,
-            memories_enabled=snapshot.memories_enabled if snapshot else True,
-            has_window=bool(window),
-            over_budget=over_budget,
-            newest_message=newest_user_text(messages),
-        )
+        newest = newest_user_text(messages)
+        slot = self._reserve(user_id, window, newest, temporary=temporary)
+        try:
+            entries: list[Entry] = []
+            snapshot, block, store_failed, over_budget = None, "", False, False
+            if not self.config.memory.disabled and not temporary:
+                try:
+                    snapshot, entries, block, over_budget = await run_in_threadpool(
+                        self._read_turn, user_id
+                    )
+                except StoreUnavailable as exc:
+                    log.warning("memory unavailable, chatting without it: user=%s: %s",
+                                user_id, exc)
+                    store_failed = True
+            state = self.agent.verdict(
+                temporary=temporary,
+                store_failed=store_failed,
+                memories_enabled=snapshot.memories_enabled if snapshot else True,
+                has_window=bool(window),
+                over_budget=over_budget,
+                busy=slot is None,
+                newest_message=newest,
+            )
+        except BaseException:
+            if slot is not None:
+                slot.release()
+            raise
         if state is not None:
+            if slot is not None:
+                slot.release()
             run = self.agent.not_run(state, user_id, conversation_id)
             return TurnMemory(block, [e.key for e in entries], run)
-        assert snapshot is not None  # read whenever the agent may run
-        run = self.agent.start(user_id, conversation_id, snapshot.entries, window)
+        assert snapshot is not None and slot is not None  # read and reserved when it runs
+        run = self.agent.start(user_id, conversation_id, snapshot.entries, window, slot=slot)
         return TurnMemory(block, [e.key for e in entries], run)
+
+    def _reserve(
+        self, user_id: str, window: Sequence[ChatLine], newest: str, *, temporary: bool
+    ) -> RunSlot | None:
+        """A `RunSlot` when the agent may run for this request as far as can be told without
+        the store (taken before the budget is read: see `kvmem.run_slots`); else None."""
+        state = self.agent.verdict(
+            temporary=temporary,
+            store_failed=False,
+            memories_enabled=True,
+            has_window=bool(window),
+            newest_message=newest,
+        )
+        return self.agent.reserve(user_id) if state is None else None
 
     async def context(self, user_id: str) -> MemoryContext:
         """The block a chat request of this user would get now (`StoreUnavailable` if the
@@ -165,18 +191,30 @@ class MemoryService:
         )
         if state is not None:
             return AgentRun.finished(state)
-        snapshot, _, _, over_budget = await run_in_threadpool(self._read_turn, user_id)
+        slot = self.agent.reserve(user_id)
+        try:
+            snapshot, _, _, over_budget = await run_in_threadpool(self._read_turn, user_id)
+        except BaseException:
+            if slot is not None:
+                slot.release()
+            raise
         state = self.agent.verdict(
             temporary=False,
             store_failed=False,
             memories_enabled=snapshot.memories_enabled,
             has_window=True,
             over_budget=over_budget,
+            busy=slot is None,
             newest_message=newest,
         )
         if state is not None:
+            if slot is not None:
+                slot.release()
             return self.agent.not_run(state, user_id, conversation_id)
-        return self.agent.start(user_id, conversation_id, snapshot.entries, window, deadline=deadline)
+        assert slot is not None
+        return self.agent.start(
+            user_id, conversation_id, snapshot.entries, window, slot=slot, deadline=deadline
+        )
 
     def _context(self, user_id: str) -> MemoryContext:
         snapshot, entries, block = self._read(user_id)

@@ -19,6 +19,7 @@ import anyio.to_thread
 from sqlalchemy import ColumnElement, func, insert, select
 
 from kvmem.db import Database
+from kvmem.erasure import erasure_times
 from kvmem.tables import AgentRunRecord
 
 MAX_DAYS = 366
@@ -122,6 +123,14 @@ _SUMS = (
 )
 
 
+class _Fenced(Exception):
+    """Records of runs that began before their user's erasure (raised to roll back)."""
+
+    def __init__(self, runs: Sequence[RunUsage]) -> None:
+        super().__init__(f"{len(runs)} records of erased users")
+        self.runs = runs
+
+
 class UsageStore:
     """Writes agent run records and sums them by user and UTC day."""
 
@@ -129,14 +138,29 @@ class UsageStore:
         self.database = database
 
     def record(self, *runs: RunUsage) -> None:
-        """Store these runs' records, in one transaction."""
-        if not runs:
-            return
+        """Store these runs' records, in one transaction. The record of a run that began
+        before its user was erased is dropped: it must not bring the user back."""
+        while runs:
+            try:
+                self._record(runs)
+                return
+            except _Fenced as fenced:  # rolled back, the user rows it made with it
+                runs = tuple(run for run in runs if run not in fenced.runs)
+
+    def _record(self, runs: Sequence[RunUsage]) -> None:
         with self.database.writing() as session:
             # A row references its user, who may never have written a memory yet (sorted:
             # on PostgreSQL the users are locked, always in the same order).
-            for user_id in sorted({run.user_id for run in runs}):
+            users = sorted({run.user_id for run in runs})
+            for user_id in users:
                 self.database.lock_user(session, user_id)
+            # Read under the users' locks: an erasure that held one has committed its fence.
+            erased = erasure_times(session.connection(), users)
+            if erased:
+                fenced = [run for run in runs
+                          if run.user_id in erased and run.started_at <= erased[run.user_id]]
+                if fenced:
+                    raise _Fenced(fenced)
             session.execute(insert(AgentRunRecord.__table__), [run.as_row() for run in runs])
 
     def tokens_today(self, user_id: str, now: datetime) -> int:

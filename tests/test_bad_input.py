@@ -18,6 +18,7 @@ from kvmem.errors import InvalidKey, MemoryFull
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, LiveServer, wait_agents_idle
+from tests.support.upstream import Reply
 
 MakeClient = Callable[..., TestClient]
 COMPLETION = {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]}
@@ -497,3 +498,79 @@ def test_the_agent_reads_at_most_max_input_tokens_of_a_5_mb_message(
     stored = client.get(f"/conversations/{response.json()['conversation_id']}").json()
     assert stored["messages"][0]["content"] == message
     assert KeyStore(database).list() == []  # (nothing else was written on the way)
+
+
+# --- numbers (issue 22, item 9) -------------------------------------------------------------
+
+BAD_NUMBERS = [
+    ("nan", b"NaN", "the JSON body holds NaN, which is not a JSON number"),
+    ("infinity", b"Infinity", "the JSON body holds Infinity, which is not a JSON number"),
+    ("minus-infinity", b"-Infinity", "the JSON body holds -Infinity, which is not a JSON number"),
+    ("overflowing-float", b"1e999", "the JSON body holds a number out of range (1e999)"),
+    ("int-over-64-bits", b"9223372036854775808",
+     "the JSON body holds an integer outside the signed 64-bit range (9223372036854775808)"),
+    ("int-under-64-bits", b"-9223372036854775809",
+     "the JSON body holds an integer outside the signed 64-bit range (-9223372036854775809)"),
+]
+# Each route's accepted body with a number spliced in where the route would read it, or
+# where it would pass it on (`options` of /api/chat, `temperature` of /v1).
+NUMBER_BODIES = [
+    ("PUT", "/memory/k", b'{"value": "v", "n": %s}'),
+    ("PATCH", "/preferences", b'{"memories": [%s]}'),
+    ("POST", "/chat", b'{"message": "hi", "max_turns": %s}'),
+    ("POST", "/v1/chat/completions",
+     b'{"model": "openai/main-model", "temperature": %s, '
+     b'"messages": [{"role": "user", "content": "hi"}]}'),
+    ("POST", "/api/chat",
+     b'{"model": "openai/main-model", "options": {"temperature": %s}, '
+     b'"messages": [{"role": "user", "content": "hi"}]}'),
+    ("POST", "/api/generate", b'{"model": "openai/main-model", "prompt": "hi", "keep_alive": %s}'),
+    ("POST", "/api/show", b'{"model": "openai/main-model", "verbose": %s}'),
+    ("POST", "/memory/context", b'{"messages": [], "n": %s}'),
+    ("POST", "/memory/agent",
+     b'{"messages": [{"role": "user", "content": "hi"}], "deadline_seconds": %s}'),
+    ("POST", "/memory/import", b'{"format": "kvmem.memory.v1", "memories": [%s]}'),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "template"), NUMBER_BODIES,
+                         ids=[path for _, path, _ in NUMBER_BODIES])
+@pytest.mark.parametrize(("kind", "number", "message"), BAD_NUMBERS,
+                         ids=[kind for kind, _, _ in BAD_NUMBERS])
+def test_nan_infinity_and_integers_outside_64_bits_are_400_on_every_route(
+    make_client: MakeClient, chat_sections: Any, upstream: Any,
+    method: str, path: str, template: bytes, kind: str, number: bytes, message: str,
+) -> None:
+    """One check of every body's numbers: refused with kvmem's (or Ollama's, or OpenAI's)
+    400 before any validation, model call or write, and never forwarded upstream."""
+    client = make_client(**chat_sections())
+    response = client.request(method, path, content=template % number)
+    assert (response.status_code, response.json()) == (400, error(path, "bad_request", message))
+    nothing_changed(client, upstream)
+
+
+def test_mcp_refuses_nan_before_its_transport_parses_the_body(
+    make_client: MakeClient, chat_sections: Any, upstream: Any
+) -> None:
+    client = make_client(**chat_sections())
+    call = (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": '
+            b'"set_memory", "arguments": {"key": "k", "value": "v", "n": NaN}}}')
+    response = client.post("/mcp", content=call, headers={
+        "content-type": "application/json", "accept": "application/json, text/event-stream"})
+    assert (response.status_code, response.json()) == (400, error("/mcp", "bad_request",
+        "the JSON body holds NaN, which is not a JSON number"))
+    nothing_changed(client, upstream)
+
+
+def test_max_turns_of_2_to_the_62_reads_the_whole_conversation(
+    client: TestClient, upstream: Any
+) -> None:
+    """Inside 64 bits, but twice it is not: the history query stays within the range."""
+    upstream.script(MAIN_MODEL, Reply(content="first"), Reply(content="second"))
+    first = client.post("/chat", json={"message": "hi", "memory": False})
+    second = client.post("/chat", json={
+        "message": "again", "conversation_id": first.json()["conversation_id"],
+        "max_turns": 2**62, "memory": False})
+    assert (second.status_code, second.json()["response"]) == (200, "second")
+    assert [m["content"] for m in upstream.received(MAIN_MODEL)[-1].messages[1:]] == [
+        "hi", "first", "again"]

@@ -439,6 +439,77 @@ def test_an_upstream_failure_after_the_first_line_is_a_last_error_line(
     assert lines[-1]["error"].startswith("the model call failed: ")
 
 
+def completion_with(**fields: Any) -> bytes:
+    """A non-streamed upstream answer: a valid completion with `fields` replaced."""
+    answer = {"id": "x", "object": "chat.completion", "model": MAIN_MODEL,
+              "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                           "finish_reason": "stop"}],
+              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+    return json.dumps({**answer, **fields}).encode()
+
+
+MALFORMED_ANSWERS = {
+    "choices a string": (completion_with(choices="nope"), "choices is not an array"),
+    "choices of strings": (completion_with(choices=["nope"]), "choices[0] is not an object"),
+    "usage a string": (completion_with(usage="many"), "usage is not an object"),
+    "no message": (completion_with(choices=[{"index": 0, "finish_reason": "stop"}]),
+                   "choices[0].message is missing or not an object"),
+    "content a number": (
+        completion_with(choices=[{"index": 0, "message": {"role": "assistant", "content": 7}}]),
+        "the message's content is not a string"),
+    "tool_calls an object": (
+        completion_with(choices=[{"index": 0, "message": {"role": "assistant", "content": "",
+                                                          "tool_calls": {"a": 1}}}]),
+        "the message's tool_calls is not an array"),
+    "the answer an array": (b"[1, 2]", "the answer has no choices"),
+}
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/api/generate"])
+@pytest.mark.parametrize("name", list(MALFORMED_ANSWERS))
+def test_an_upstream_answer_of_the_wrong_shape_is_a_502_in_ollama_shape(
+    server: ServeProcess, upstream: ScriptedUpstream, name: str, path: str
+) -> None:
+    raw, problem = MALFORMED_ANSWERS[name]
+    upstream.script(MAIN_MODEL, Reply(raw=raw))
+    body = {"model": MODEL_ID, "stream": False,
+            **({"messages": hello()} if path == "/api/chat" else {"prompt": "hi"})}
+    response = httpx.post(f"{server.url}{path}", json=body, timeout=20)
+    assert (response.status_code, response.json()) == (
+        502, {"error": f"the model call failed: {problem} (a malformed response)"})
+
+
+def sse(*events: Any) -> bytes:
+    return b"".join(b"data: " + json.dumps(event).encode() + b"\n\n" for event in events)
+
+
+def chunk(**fields: Any) -> dict[str, Any]:
+    return {"id": "x", "object": "chat.completion.chunk", "model": MAIN_MODEL, **fields}
+
+
+FIRST = chunk(choices=[{"index": 0, "delta": {"role": "assistant", "content": "a"}}])
+MALFORMED_CHUNKS = {
+    "choices a string": (chunk(choices="nope"), "a chunk's choices is not an array"),
+    "usage a string": (chunk(choices=[], usage="many"), "usage is not an object"),
+    "delta a string": (chunk(choices=[{"index": 0, "delta": "b"}]),
+                       "a chunk's delta is not an object"),
+    "tool_calls a string": (chunk(choices=[{"index": 0, "delta": {"tool_calls": "f"}}]),
+                            "a delta's tool_calls is not an array"),
+    "the chunk an array": ([1], "a stream event is not an object"),
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED_CHUNKS))
+def test_a_streamed_chunk_of_the_wrong_shape_ends_the_stream_with_an_error_line(
+    server: ServeProcess, upstream: ScriptedUpstream, name: str
+) -> None:
+    bad, problem = MALFORMED_CHUNKS[name]
+    upstream.script(MAIN_MODEL, Reply(raw=sse(FIRST, bad) + b"data: [DONE]\n\n"))
+    lines = raw_lines(server.url, "/api/chat", {"model": MODEL_ID, "messages": hello()})
+    assert [line["message"]["content"] for line in lines[:-1]] == ["a"]
+    assert lines[-1] == {"error": f"the model call failed: {problem} (a malformed response)"}
+
+
 def test_a_client_leaving_cancels_the_upstream(server: ServeProcess, upstream: ScriptedUpstream) -> None:
     upstream.script(MAIN_MODEL, Reply(chunks=[f"w{i} " for i in range(100)], chunk_delay=0.1))
     body = {"model": MODEL_ID, "messages": hello()}

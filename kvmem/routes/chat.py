@@ -13,15 +13,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kvmem.bodies import RequestBody, read_model
+from kvmem.bodies import INT64_MAX, RequestBody, read_model
 from kvmem.conversations import new_conversation_id
-from kvmem.errors import BadRequest, KvmemError, StoreUnavailable
+from kvmem.errors import BadRequest, KvmemError, StoreUnavailable, UserErased
 from kvmem.main_call import MainCall
 from kvmem.prompts import ChatLine, with_memory
 from kvmem.routes import route
 from kvmem.routes.paging import limit_param
 from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import Services, services_of, user_of
+from kvmem.tables import utcnow
 from kvmem.turn_memory import TurnMemory
 
 log = logging.getLogger("kvmem.chat")
@@ -48,6 +49,7 @@ class Turn:
         self.conversation_id = body.conversation_id or new_conversation_id()
         self.memory: TurnMemory | None = None
         self.messages: list[dict[str, str]] = []
+        self.began = utcnow()  # an erasure of the user after this keeps the turn from being stored
 
     async def prepare(self) -> None:
         """Load the history (404 if not the user's), start memory, build the upstream request."""
@@ -55,7 +57,8 @@ class Turn:
         max_turns = config.chat.max_turns if self.body.max_turns is None else self.body.max_turns
         history = []
         if not self.new:
-            count = max(2 * max_turns, config.memory.message_window_size)
+            # Within the database's integer range: `max_turns` may be as large as 2**63 - 1.
+            count = min(max(2 * max_turns, config.memory.message_window_size), INT64_MAX)
             history = await run_in_threadpool(
                 self.services.conversations.recent, self.user_id, self.conversation_id, count
             )
@@ -88,7 +91,11 @@ class Turn:
                 self.body.message,
                 reply,
                 new=self.new,
+                began=self.began,
             )
+        except UserErased:
+            log.info("user %s was erased during the turn; not stored", self.user_id)
+            return
         except StoreUnavailable as exc:
             log.warning("turn not stored, store unavailable: user=%s conversation=%s: %s",
                         self.user_id, self.conversation_id, exc)

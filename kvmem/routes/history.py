@@ -118,6 +118,10 @@ def _mode(raw: str) -> Literal["merge", "replace"]:
 async def erase_me(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
+    # The user's runs in this process stop calling the model and committing; those of other
+    # replicas (and any write of a run that began before now) are refused by the fence the
+    # erasure leaves in the database.
+    services.agent.stop_runs(user)
     erased = await run_in_threadpool(services.store.erase_user, user)
     return JSONResponse(erased.as_json())
 

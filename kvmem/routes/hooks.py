@@ -10,6 +10,7 @@ bounded and drained exactly like a chat turn's.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any, Literal
 
@@ -26,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kvmem.bodies import RequestBody, parse_json, read_body, validate
-from kvmem.errors import BadRequest
+from kvmem.errors import BadRequest, TooManyRuns
 from kvmem.prompts import ChatLine, with_memory
 from kvmem.services import services_of, user_of
 from kvmem.turn_memory import check_conversation_id
@@ -115,6 +116,14 @@ async def memory_agent(request: Request) -> Response:
     run = await services.memory.start_agent(
         user, conversation_id, lines, deadline=arrived + body.deadline_seconds
     )
+    if run.state == "busy":
+        agent = services.config.memory.agent
+        assert agent is not None  # a run that could be busy had an agent to run
+        raise TooManyRuns(
+            f"too many memory agent runs in flight (at most {agent.max_runs_per_user} per user "
+            f"and {agent.max_concurrent_runs} in all): retry when one has ended",
+            retry_after=max(1, math.ceil(agent.grace_seconds)),
+        )
     if run.task is None:
         return JSONResponse(_outcome(run.state, run.updates))
     if not body.wait:

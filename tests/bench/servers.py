@@ -233,6 +233,10 @@ class Fleet:
                 "enabled": True, "provider": "openai", "model": agent.model,
                 "api_base": f"{upstream.url}/v1", "api_key": API_KEY,
                 "grace_seconds": agent.grace_seconds,
+                # Every bench client acts as the one local user, standing for many users:
+                # bounds high enough that no run is `busy`, so the workload (an agent call per
+                # chat request) stays the one earlier runs measured.
+                "max_runs_per_user": 1024, "max_concurrent_runs": 1024,
             }
         config = {
             "server": {"host": HOST, "port": port},

@@ -1,0 +1,142 @@
+"""Erasure is final: once `DELETE /me` (or `kvmem user erase`, from another process) answers,
+no write for the user lands, not even from an agent run in flight then (its entry, its change,
+its usage row, the user row itself); and on SQLite the erased text is gone from the database
+files."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from starlette.testclient import TestClient
+
+from kvmem.db import Database
+from kvmem.store import MemoryStore
+from kvmem.tables import AgentRunRecord, MemoryChange, MemoryEntry, User, UserErasure
+from tests.support.apps import AGENT_MODEL, set_memory, wait_agents_idle
+from tests.support.upstream import Reply
+
+MakeClient = Callable[..., TestClient]
+NOTHING = {"deleted": {"memories": 0, "changes": 0, "conversations": 0, "messages": 0,
+                       "keys": 0, "sessions": 0, "agent_runs": 0}}
+
+
+def rows_of(database: Database, user_id: str) -> dict[str, int]:
+    """How many rows of the user each table holds that an agent run could write."""
+    with database.reading() as session:
+        return {
+            table.__tablename__: session.scalar(
+                select(func.count()).select_from(table).where(column == user_id))
+            for table, column in [(User, User.id), (MemoryEntry, MemoryEntry.user_id),
+                                  (MemoryChange, MemoryChange.user_id),
+                                  (AgentRunRecord, AgentRunRecord.user_id)]
+        }
+
+
+NONE_LEFT = {"users": 0, "memory_entries": 0, "memory_changes": 0, "agent_runs": 0}
+
+
+def start_slow_run(client: TestClient, upstream: Any, key: str) -> None:
+    """An agent run (POST /memory/agent, not waited for) whose model answers in 1.5 s with a
+    write; returns once the model call is in flight."""
+    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory(key, "Rome")],
+                                       delay=1.5))
+    body = {"messages": [{"role": "user", "content": "I live in Rome"}], "wait": False}
+    assert client.post("/memory/agent", json=body).status_code == 202
+    upstream.wait_for(AGENT_MODEL)
+
+
+def test_a_run_in_flight_when_delete_me_answers_writes_nothing_after(
+    make_client: MakeClient, chat_sections: Any, upstream: Any, database: Database
+) -> None:
+    client = make_client(**chat_sections())
+    assert client.put("/memory/name", json={"value": "Ada"}).status_code == 201
+    start_slow_run(client, upstream, "city")
+
+    erased = client.delete("/me")
+    assert (erased.status_code, erased.json()["deleted"]["memories"]) == (200, 1)
+    wait_agents_idle(client)
+    assert rows_of(database, "local") == NONE_LEFT
+    assert client.get("/memory").json()["memories"] == []
+    # The user may come back: a new write after the erasure lands as usual.
+    assert client.put("/memory/name", json={"value": "Bea"}).status_code == 201
+
+
+def test_an_erasure_from_another_process_fences_a_run_in_flight(
+    make_client: MakeClient, chat_sections: Any, upstream: Any, database: Database,
+    make_store: Callable[..., MemoryStore],
+) -> None:
+    """`kvmem user erase`, or `DELETE /me` on another replica: this process's run is not
+    stopped, but its write and its usage record are refused by the fence in the database."""
+    client = make_client(**chat_sections())
+    start_slow_run(client, upstream, "city")
+
+    assert make_store().erase_user("local").as_json() == NOTHING
+    wait_agents_idle(client)
+    assert rows_of(database, "local") == NONE_LEFT
+    # A run that begins after the erasure writes as usual.
+    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("city", "Oslo")]))
+    after = client.post("/memory/agent",
+                        json={"messages": [{"role": "user", "content": "I live in Oslo"}]})
+    assert after.json() == {"agent": "done", "updates": [
+        {"op": "set", "key": "city", "value": "Oslo"}]}
+    wait_agents_idle(client)
+    assert rows_of(database, "local") == {
+        "users": 1, "memory_entries": 1, "memory_changes": 1, "agent_runs": 1}
+
+
+@pytest.mark.sqlite_only  # the files of one SQLite database
+def test_the_erased_text_is_gone_from_the_database_files(
+    make_client: MakeClient, chat_sections: Any, upstream: Any, database_url: str
+) -> None:
+    secret = "Zanzibar-quokka-7319"
+    client = make_client(**chat_sections(memory={"agent": None}))
+    path = Path(database_url.removeprefix("sqlite:///"))
+    wal = path.with_name("kvmem.db-wal")
+    assert client.put("/memory/secret", json={"value": f"my code is {secret}"}).status_code == 201
+    upstream.script("main-model", Reply(content=f"noted: {secret}"))
+    assert client.post("/chat", json={"message": f"remember {secret}"}).status_code == 200
+    # Some of it in the database file (as after any checkpoint), some only in the WAL.
+    with closing(sqlite3.connect(path)) as raw:
+        assert raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+    assert client.put("/memory/secret", json={"value": f"still {secret}"}).status_code == 200
+    assert (secret.encode() in path.read_bytes(), secret.encode() in wal.read_bytes()) == (
+        True, True)
+
+    assert client.delete("/me").status_code == 200
+    assert secret.encode() not in path.read_bytes()
+    assert not wal.exists() or secret.encode() not in wal.read_bytes()
+
+
+def test_the_fence_keeps_a_hash_of_the_id_not_the_id(
+    make_client: MakeClient, database: Database
+) -> None:
+    client = make_client()
+    assert client.put("/memory/name", json={"value": "Ada"}).status_code == 201
+    assert client.delete("/me").status_code == 200
+    with database.reading() as session:
+        fences = session.execute(select(UserErasure.user_hash)).scalars().all()
+    assert fences == [hashlib.sha256(b"local").hexdigest()]
+
+
+def test_a_chat_turn_in_flight_during_the_erasure_is_not_stored(
+    make_client: MakeClient, chat_sections: Any, upstream: Any, database: Database,
+    make_store: Callable[..., MemoryStore],
+) -> None:
+    client = make_client(**chat_sections(memory={"agent": None}))
+    upstream.script("main-model", Reply(content="hello", delay=1.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        turn = pool.submit(client.post, "/chat", json={"message": "hi"})
+        upstream.wait_for("main-model")
+        assert make_store().erase_user("local").as_json() == NOTHING
+        answer = turn.result(timeout=10)
+    assert (answer.status_code, answer.json()["response"]) == (200, "hello")
+    assert client.get("/conversations").json() == {"conversations": []}
+    assert rows_of(database, "local") == NONE_LEFT
