@@ -265,7 +265,7 @@ class Database:
             try:
                 # Outside any transaction (autocommit, see `_sqlite_on_connect`), and between
                 # this process's writers; the busy handler waits out other processes' readers.
-                with self._writer_lock:
+                with self._writer_turn():
                     cursor = connection.cursor()
                     busy, _, _ = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
                     cursor.close()

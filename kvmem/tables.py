@@ -211,6 +211,7 @@ class UserErasure(Base):
     not the id, has no foreign key to `users`, and the erasure does not delete it."""
 
     __tablename__ = "user_erasures"
+    __table_args__ = (Index("ix_user_erasures_erased_at", "erased_at"),)
 
     user_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     erased_at: Mapped[datetime] = mapped_column(UtcDateTime)

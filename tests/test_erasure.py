@@ -138,5 +138,5 @@ def test_a_chat_turn_in_flight_during_the_erasure_is_not_stored(
         assert make_store().erase_user("local").as_json() == NOTHING
         answer = turn.result(timeout=10)
     assert (answer.status_code, answer.json()["response"]) == (200, "hello")
-    assert client.get("/conversations").json() == {"conversations": []}
+    assert client.get("/conversations").json() == {"conversations": [], "next": None}
     assert rows_of(database, "local") == NONE_LEFT

@@ -25,6 +25,8 @@ def upgrade() -> None:
         sa.Column("erased_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("user_hash", name=op.f("pk_user_erasures")),
     )
+    # Old fences are dropped by age in every erasure: by this index, not a scan.
+    op.create_index("ix_user_erasures_erased_at", "user_erasures", ["erased_at"])
 
 
 def downgrade() -> None:
