@@ -24,6 +24,7 @@ from kvmem.agent_run import AgentRun
 from kvmem.config import Config
 from kvmem.errors import BadRequest, StoreUnavailable
 from kvmem.prompts import ChatLine, entries_within, render_memory_block
+from kvmem.proposals import review_in_effect
 from kvmem.store import Entry, MemoryStore, Snapshot
 
 log = logging.getLogger("kvmem.turn_memory")
@@ -111,10 +112,10 @@ class MemoryService:
     ) -> TurnMemory:
         """Read the user's memory, render the block and start the agent (before the main call)."""
         entries: list[Entry] = []
-        snapshot, block, store_failed, over_budget = None, "", False, False
+        snapshot, block, store_failed, over_budget, review = None, "", False, False, False
         if not self.config.memory.disabled and not temporary:
             try:
-                snapshot, entries, block, over_budget = await run_in_threadpool(
+                snapshot, entries, block, over_budget, review = await run_in_threadpool(
                     self._read_turn, user_id
                 )
             except StoreUnavailable as exc:
@@ -133,7 +134,9 @@ class MemoryService:
             run = self.agent.not_run(state, user_id, conversation_id)
             return TurnMemory(block, [e.key for e in entries], run)
         assert snapshot is not None  # read whenever the agent may run
-        run = self.agent.start(user_id, conversation_id, snapshot.entries, window)
+        run = self.agent.start(
+            user_id, conversation_id, snapshot.entries, window, review=review
+        )
         return TurnMemory(block, [e.key for e in entries], run)
 
     async def context(self, user_id: str) -> MemoryContext:
@@ -165,7 +168,7 @@ class MemoryService:
         )
         if state is not None:
             return AgentRun.finished(state)
-        snapshot, _, _, over_budget = await run_in_threadpool(self._read_turn, user_id)
+        snapshot, _, _, over_budget, review = await run_in_threadpool(self._read_turn, user_id)
         state = self.agent.verdict(
             temporary=False,
             store_failed=False,
@@ -176,7 +179,9 @@ class MemoryService:
         )
         if state is not None:
             return self.agent.not_run(state, user_id, conversation_id)
-        return self.agent.start(user_id, conversation_id, snapshot.entries, window, deadline=deadline)
+        return self.agent.start(
+            user_id, conversation_id, snapshot.entries, window, deadline=deadline, review=review
+        )
 
     def _context(self, user_id: str) -> MemoryContext:
         snapshot, entries, block = self._read(user_id)
@@ -205,12 +210,19 @@ class MemoryService:
             self._blocks[user_id] = (snapshot.entries, entries, block)
         return snapshot, entries, block
 
-    def _read_turn(self, user_id: str) -> tuple[Snapshot, list[Entry], str, bool]:
-        """`_read`, and whether the user is over the daily token budget (one trip off the
-        event loop)."""
+    def _read_turn(self, user_id: str) -> tuple[Snapshot, list[Entry], str, bool, bool]:
+        """`_read`, whether the user is over the daily token budget and whether the agent's
+        writes wait for review (one trip off the event loop)."""
         snapshot, entries, block = self._read(user_id)
         over_budget = snapshot.memories_enabled and self._over_budget(user_id)
-        return snapshot, entries, block, over_budget
+        return snapshot, entries, block, over_budget, self._review(user_id)
+
+    def _review(self, user_id: str) -> bool:
+        """Whether the user's agent writes become proposals (their own switch is read only
+        under `memory.review: per_user`)."""
+        memory = self.config.memory
+        user_review = memory.review == "per_user" and self.agent.proposals.user_review(user_id)
+        return review_in_effect(memory, user_review)
 
     def _over_budget(self, user_id: str) -> bool:
         """Whether the user's agent runs of today reached the budget (read from the database,

@@ -250,10 +250,10 @@ def test_preferences_are_per_user(make_client: MakeClient, keys: KeyStore) -> No
     _, bob = keys.create("bob")
     assert answer(client.patch("/preferences", json={"memories": False}, headers=bearer(alice))) == (
         200,
-        {"memories": False},
+        {"memories": False, "review": False},
     )
-    assert answer(client.get("/preferences", headers=bearer(bob))) == (200, {"memories": True})
-    assert answer(client.get("/preferences", headers=bearer(alice))) == (200, {"memories": False})
+    assert answer(client.get("/preferences", headers=bearer(bob))) == (200, {"memories": True, "review": False})
+    assert answer(client.get("/preferences", headers=bearer(alice))) == (200, {"memories": False, "review": False})
 
 
 # -- the key store -----------------------------------------------------------------------------

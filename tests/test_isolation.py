@@ -132,7 +132,7 @@ def world(make_client: Callable[..., TestClient], chat_sections: Any, upstream: 
     assert chat.status_code == 200, chat.text
     wait_agents_idle(client)
     assert client.patch("/preferences", json={"memories": False}, headers=alice).json() == {
-        "memories": False
+        "memories": False, "review": False
     }
     found = World(client, upstream, keys, alice, bob_key, chat.json()["conversation_id"])
     found.alice_view = found.view_of_alice()
@@ -180,7 +180,7 @@ def test_memory_routes_never_reach_the_other_user(world: World, how: str) -> Non
         assert hers.status_code == 404
         if method != "HEAD":
             assert hers.json() == not_found_key("diary")
-    assert client.get("/preferences", headers=bob).json() == {"memories": True}
+    assert client.get("/preferences", headers=bob).json() == {"memories": True, "review": False}
 
     # Writes land in bob's memory: the same key is new for him (201, not 200), and the whole
     # token limit is his, whatever alice stores.
@@ -196,10 +196,10 @@ def test_memory_routes_never_reach_the_other_user(world: World, how: str) -> Non
     assert client.put("/memory/health", json={"value": "bob's"}, headers=bob).status_code == 201
     assert client.delete("/memory", headers=bob).json() == {"deleted": 1}
     assert client.patch("/preferences", json={"memories": True}, headers=bob).json() == {
-        "memories": True
+        "memories": True, "review": False
     }
     assert client.patch("/preferences", json={"memories": False}, headers=bob).json() == {
-        "memories": False
+        "memories": False, "review": False
     }
 
     # alice sees exactly what she saw before, timestamps included.

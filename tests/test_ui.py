@@ -500,13 +500,13 @@ def test_the_switch_turns_memory_off_for_chats(keys_server: ServeProcess, open_p
     switch.click()
     expect(switch).not_to_be_checked()
     expect(page.get_by_role("status").filter(has_text="Memory is off")).to_be_visible()
-    assert user.call("GET", "/preferences").json() == {"memories": False}
+    assert user.call("GET", "/preferences").json() == {"memories": False, "review": False}
     assert user.call("GET", "/memory").json()["enabled"] is False
     page.reload()
     expect(switch).not_to_be_checked()
     switch.press("Space")
     expect(switch).to_be_checked()
-    assert user.call("GET", "/preferences").json() == {"memories": True}
+    assert user.call("GET", "/preferences").json() == {"memories": True, "review": False}
 
 
 def test_export_then_clear_all_then_import_brings_everything_back(
