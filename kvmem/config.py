@@ -206,6 +206,14 @@ class MemoryConfig(Section):
     # (LibreChat's behaviour), `on` for everyone, or `per_user` (PATCH /preferences).
     review: Literal["off", "on", "per_user"] = "off"
 
+    @field_validator("review", mode="before")
+    @classmethod
+    def _review_words(cls, review: Any) -> Any:
+        # YAML reads a bare `off` and `on` as booleans: take them as the words they were.
+        if isinstance(review, bool):
+            return "on" if review else "off"
+        return review
+
     @field_validator("valid_keys")
     @classmethod
     def _well_formed_keys(cls, keys: list[str] | None) -> list[str] | None:

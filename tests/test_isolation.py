@@ -46,7 +46,8 @@ ALICE_DIARY = "alice-diary-QX7V-zebra"
 ALICE_HEALTH = "alice-health-JK2P-otter"
 ALICE_SAYS = "alice-says-WM4R-heron"
 ALICE_HEARS = "alice-hears-TB9L-lynx"
-ALICE_MARKERS = (ALICE_DIARY, ALICE_HEALTH, ALICE_SAYS, ALICE_HEARS)
+ALICE_PROPOSES = "alice-proposes-VC8N-ibis"
+ALICE_MARKERS = (ALICE_DIARY, ALICE_HEALTH, ALICE_SAYS, ALICE_HEARS, ALICE_PROPOSES)
 BOB_FACT = "bob-fact-HN3D-gecko"
 
 
@@ -105,13 +106,14 @@ class World:
     alice: dict[str, str]
     bob_key: str
     conversation: str
+    proposal: int = 0  # alice's pending proposal
     alice_view: dict[str, Any] = field(default_factory=dict)
 
     def view_of_alice(self) -> dict[str, Any]:
         """Everything alice can read, byte for byte."""
         paths = ["/memory", "/memory/diary", "/memory/health", "/preferences", "/conversations",
                  f"/conversations/{self.conversation}", "/memory/history",
-                 "/memory/diary/history"]
+                 "/memory/diary/history", "/memory/proposals"]
         return {path: raw(self.client.get(path, headers=self.alice)) for path in paths}
 
 
@@ -135,6 +137,8 @@ def world(make_client: Callable[..., TestClient], chat_sections: Any, upstream: 
         "memories": False, "review": False
     }
     found = World(client, upstream, keys, alice, bob_key, chat.json()["conversation_id"])
+    found.proposal = client.app_state["services"].proposals.propose(
+        "alice", "diary", ALICE_PROPOSES, conversation_id=found.conversation).id
     found.alice_view = found.view_of_alice()
     assert found.alice_view["/memory"][0] == 200
     return found
@@ -201,6 +205,18 @@ def test_memory_routes_never_reach_the_other_user(world: World, how: str) -> Non
     assert client.patch("/preferences", json={"memories": False}, headers=bob).json() == {
         "memories": False, "review": False
     }
+
+    # Proposals: none of hers is listed, kept, dismissed or counted; her id answers as an id
+    # nobody has.
+    assert client.get("/memory/proposals", headers=bob).json() == {"proposals": []}
+    unused = world.proposal + 1
+    for action in ("accept", "reject"):
+        hers = client.post(f"/memory/proposals/{world.proposal}/{action}", headers=bob)
+        nobodys = client.post(f"/memory/proposals/{unused}/{action}", headers=bob)
+        assert (hers.status_code, hers.json()) == (
+            404, {"error": {"code": "not_found", "message": f"no pending proposal {world.proposal}"}})
+        assert without_echo(hers, str(world.proposal), str(unused)) == raw(nobodys)
+    assert client.delete("/memory/proposals", headers=bob).json() == {"rejected": 0}
 
     # alice sees exactly what she saw before, timestamps included.
     assert world.view_of_alice() == world.alice_view
@@ -293,6 +309,10 @@ ROUTES = [
     ("POST", "/memory/import", {"memories": [{"key": "diary", "value": "overwritten"}]}),
     ("POST", "/memory/import?mode=replace", {"memories": []}),
     ("DELETE", "/me", None),
+    ("GET", "/memory/proposals", None),
+    ("DELETE", "/memory/proposals", None),
+    ("POST", "/memory/proposals/1/accept", None),
+    ("POST", "/memory/proposals/1/reject", None),
     ("POST", "/chat", {"message": "hi"}),
     ("GET", "/conversations", None),
     ("GET", "/conversations/{conversation}", None),
