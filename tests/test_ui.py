@@ -24,7 +24,12 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from starlette.testclient import TestClient
 
 from kvmem.config_loader import parse_config
+from kvmem.db import Database
 from kvmem.errors import ConfigError
+from kvmem.proposals import ProposalStore
+from kvmem.rules import MemoryRules
+from kvmem.store import MemoryStore
+from kvmem.tokens import TokenCounter
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, set_memory, wait_until
 from tests.support.browser import PageLog, launch
 from tests.support.processes import ServeProcess, run
@@ -153,7 +158,7 @@ def open_as(open_page: Callable[..., tuple[Page, PageLog]], user: User, **option
 
 
 def memories(page: Page) -> Any:
-    return page.get_by_role("list", name="Memories")
+    return page.get_by_role("list", name="Memories", exact=True)
 
 
 def item(page: Page, key: str) -> Any:
@@ -182,6 +187,28 @@ def keys_of(page: Page) -> list[str]:
     return memories(page).get_by_role("heading").all_inner_texts()
 
 
+def suggestions(page: Page) -> Any:
+    return page.get_by_role("list", name="Suggested memories")
+
+
+def suggestion(page: Page, key: str) -> Any:
+    """The suggested memory of `key` (its heading is the key)."""
+    return suggestions(page).get_by_role("listitem").filter(
+        has=page.get_by_role("heading", name=key, exact=True))
+
+
+def propose(server: ServeProcess, user: str, key: str, value: str | None) -> None:
+    """A proposal of the memory agent's for `user`, made in the server's database (as a run
+    under `memory.review: on` makes it; the agent's side is tests/test_proposals.py's)."""
+    config = parse_config(json.loads(server.config.read_text()), server.config, {}).config
+    database = Database.from_config(config.database)
+    try:
+        store = MemoryStore(database, MemoryRules.from_config(config.memory), TokenCounter())
+        ProposalStore(store).propose(user, key, value, conversation_id="conv-ui")
+    finally:
+        database.dispose()
+
+
 # --- loading ---------------------------------------------------------------------------
 
 
@@ -192,7 +219,7 @@ def test_the_page_loads_from_kvmem_alone(local_server: ServeProcess, open_page: 
     expect(item(page, "user_preferences")).to_contain_text("Short answers.")
 
     paths = {url.removeprefix(local_server.url) for url in log.requests}
-    assert paths == PAGE_FILES | {"/memory", "/preferences"}
+    assert paths == PAGE_FILES | {"/memory", "/preferences", "/memory/proposals"}
     assert all(url.startswith(local_server.url + "/") for url in log.requests)
     assert log.console_errors == log.page_errors == []
 
@@ -490,6 +517,58 @@ def test_history_lists_each_change_and_restore_sets_it_back(
 
 
 # --- the switch, export and import, clear all ------------------------------------------
+
+
+def test_suggested_memories_are_kept_or_dismissed(keys_server: ServeProcess, open_page: Any) -> None:
+    user = User(keys_server)
+    user.put("user_preferences", "Long answers.")
+    propose(keys_server, user.name, "learned_facts", "Has a cat called Miso.")
+    propose(keys_server, user.name, "personal_info", "Lives in Lyon.")
+    propose(keys_server, user.name, "user_preferences", None)
+    page, _ = open_as(open_page, user)
+    expect(page.get_by_role("heading", name="Suggested memories")).to_have_text("Suggested memories (3)")
+    expect(suggestions(page).get_by_role("heading")).to_have_text(
+        ["user_preferences", "personal_info", "learned_facts"])
+    expect(suggestion(page, "user_preferences")).to_contain_text("Forget this memory.")
+    expect(suggestion(page, "learned_facts")).to_contain_text("Has a cat called Miso.")
+    assert keys_of(page) == ["user_preferences"]  # nothing suggested is remembered yet
+
+    suggestion(page, "learned_facts").get_by_role("button", name="Keep").click()
+    expect(item(page, "learned_facts")).to_contain_text("Has a cat called Miso.")
+    expect(item(page, "learned_facts")).to_contain_text("agent")
+    expect(suggestion(page, "learned_facts")).to_have_count(0)
+    expect(page.get_by_role("status").filter(has_text="Kept “learned_facts”.")).to_be_visible()
+
+    suggestion(page, "personal_info").get_by_role("button", name="Dismiss").click()
+    expect(suggestion(page, "personal_info")).to_have_count(0)
+    suggestion(page, "user_preferences").get_by_role("button", name="Keep").click()
+    expect(item(page, "user_preferences")).to_have_count(0)
+    expect(suggestions(page)).to_be_hidden()
+    assert keys_of(page) == ["learned_facts"]
+    assert user.call("GET", "/memory/proposals").json() == {"proposals": []}
+    changes = user.call("GET", "/memory/history").json()["changes"]
+    assert [(c["key"], c["op"], c["source"], c["conversation_id"]) for c in changes[:2]] == [
+        ("user_preferences", "delete", "agent", "conv-ui"), ("learned_facts", "set", "agent", "conv-ui")]
+    page.reload()
+    expect(memories(page)).to_have_attribute("aria-busy", "false")
+    expect(suggestions(page)).to_be_hidden()
+
+
+def test_a_suggestion_over_the_token_limit_stays_and_says_why(
+    keys_server: ServeProcess, open_page: Any
+) -> None:
+    user = User(keys_server)
+    user.put("user_preferences", " ".join(["hello"] * 35))
+    propose(keys_server, user.name, "learned_facts", "one two three four five six seven")
+    page, _ = open_as(open_page, user, expected_statuses=(409,))
+    suggestion(page, "learned_facts").get_by_role("button", name="Keep").click()
+    alert = page.get_by_role("alert").filter(has_text="learned_facts")
+    expect(alert).to_have_text("“learned_facts”: storing 7 tokens would take memory to 42 tokens, "
+                               "over the limit of 40")
+    expect(suggestion(page, "learned_facts")).to_be_visible()
+    assert keys_of(page) == ["user_preferences"]
+    assert [p["key"] for p in user.call("GET", "/memory/proposals").json()["proposals"]] == [
+        "learned_facts"]
 
 
 def test_the_switch_turns_memory_off_for_chats(keys_server: ServeProcess, open_page: Any) -> None:

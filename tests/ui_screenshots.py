@@ -77,7 +77,7 @@ def shoot(url: str, folder: Path) -> list[Path]:
                                           device_scale_factor=2 if viewport["width"] < 500 else 1)
             page = context.new_page()
             page.goto(url)
-            page.get_by_role("list", name="Memories").get_by_role("listitem").first.wait_for()
+            page.get_by_role("list", name="Memories", exact=True).get_by_role("listitem").first.wait_for()
             path = folder / name
             page.screenshot(path=str(path), full_page=True)
             written.append(path)

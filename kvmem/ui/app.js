@@ -1,4 +1,5 @@
-// The memory page: a thin client of kvmem's REST API (/memory, /preferences, /sessions).
+// The memory page: a thin client of kvmem's REST API (/memory, /memory/proposals,
+// /preferences, /sessions).
 // It has no rules of its own: every check is the server's, and its message is shown as is.
 // Everything that came from a person or a model is written with textContent, never as HTML.
 
@@ -191,15 +192,16 @@ async function start() {
     return;
   }
   try {
-    const loading = Promise.all([api("GET", "/memory"), loadPreferences()]);
+    const loading = Promise.all([api("GET", "/memory"), loadPreferences(), api("GET", "/memory/proposals")]);
     format();
-    const [overview, preferences] = await loading;
+    const [overview, preferences, { proposals }] = await loading;
     $("sign-in").hidden = true;
     $("page-state").hidden = true;
     $("app").hidden = false;
     $("sign-out").hidden = !state.token;
     renderOverview(overview);
     renderPreferences(preferences);
+    renderProposals(proposals);
     performance.mark("kvmem:rendered");
   } catch (error) {
     if (error.status === 401) {
@@ -509,6 +511,65 @@ async function restoreChange(key, change) {
   }
 }
 
+// --- suggestions: the memory agent's proposals, kept or dismissed -----------------------
+
+async function reloadProposals() {
+  renderProposals((await api("GET", "/memory/proposals")).proposals);
+}
+
+function renderProposals(proposals) {
+  const items = proposals.map(proposalItem);
+  $("proposals").replaceChildren(...items);
+  $("suggestions-count").textContent = `(${proposals.length})`;
+  $("suggestions").hidden = proposals.length === 0;
+}
+
+function proposalItem(proposal) {
+  const keyId = `proposal-key-${proposal.id}`;
+  const forget = proposal.op === "delete";
+  return element(
+    "li",
+    { class: forget ? "entry proposal forget" : "entry proposal" },
+    element(
+      "div",
+      { class: "entry-top" },
+      element("h3", { class: "key", id: keyId, text: proposal.key }),
+      element("p", { class: "meta" }, element("span", { text: forget ? "forget" : "remember" }), timeElement(proposal.created_at)),
+    ),
+    element("p", { class: forget ? "value removed" : "value", text: forget ? "Forget this memory." : proposal.value }),
+    element(
+      "div",
+      { class: "actions" },
+      element("button", { type: "button", class: "primary", "aria-describedby": keyId, text: "Keep", onclick: () => keepProposal(proposal) }),
+      element("button", { type: "button", class: "quiet", "aria-describedby": keyId, text: "Dismiss", onclick: () => dismissProposal(proposal) }),
+    ),
+  );
+}
+
+async function keepProposal(proposal) {
+  showMessage($("suggestions-error"), "");
+  try {
+    await api("POST", `/memory/proposals/${proposal.id}/accept`);
+  } catch (error) {
+    // A refused one (the token limit, a key no longer allowed) stays pending: say why.
+    showMessage($("suggestions-error"), `“${proposal.key}”: ${error.message}`);
+    return;
+  }
+  await Promise.all([reload(), reloadProposals()]).catch((error) => showMessage($("page-error"), error.message));
+  announce(proposal.op === "delete" ? `Forgot “${proposal.key}”.` : `Kept “${proposal.key}”.`);
+}
+
+async function dismissProposal(proposal) {
+  showMessage($("suggestions-error"), "");
+  try {
+    await api("POST", `/memory/proposals/${proposal.id}/reject`);
+    await reloadProposals();
+    announce(`Dismissed the suggestion for “${proposal.key}”.`);
+  } catch (error) {
+    showMessage($("suggestions-error"), error.message);
+  }
+}
+
 // --- preferences, export, import, clear ------------------------------------------------
 
 async function toggleMemory() {
@@ -566,7 +627,7 @@ async function clearAll() {
     const { deleted } = await api("DELETE", "/memory");
     clearUndo();
     endEdit();
-    await reload();
+    await Promise.all([reload(), reloadProposals()]);
     announce(`Cleared ${plural(deleted, "memory", "memories")}.`);
     $("entries-title").focus();
   } catch (error) {
