@@ -529,7 +529,9 @@ def test_suggested_memories_are_kept_or_dismissed(keys_server: ServeProcess, ope
     expect(page.get_by_role("heading", name="Suggested memories")).to_have_text("Suggested memories (3)")
     expect(suggestions(page).get_by_role("heading")).to_have_text(
         ["user_preferences", "personal_info", "learned_facts"])
-    expect(suggestion(page, "user_preferences")).to_contain_text("Forget this memory.")
+    expect(suggestion(page, "user_preferences")).to_contain_text("forget")
+    expect(suggestion(page, "user_preferences")).to_contain_text("Long answers.")
+    expect(suggestion(page, "learned_facts")).to_contain_text("remember")
     expect(suggestion(page, "learned_facts")).to_contain_text("Has a cat called Miso.")
     assert keys_of(page) == ["user_preferences"]  # nothing suggested is remembered yet
 

@@ -527,6 +527,10 @@ function renderProposals(proposals) {
 function proposalItem(proposal) {
   const keyId = `proposal-key-${proposal.id}`;
   const forget = proposal.op === "delete";
+  const stored = state.overview && state.overview.memories.find((entry) => entry.key === proposal.key);
+  const what = forget ? "forget" : stored ? "replace" : "remember";
+  // A suggestion to forget shows what would be forgotten.
+  const shown = forget ? (stored ? stored.value : "Forget this memory.") : proposal.value;
   return element(
     "li",
     { class: forget ? "entry proposal forget" : "entry proposal" },
@@ -534,9 +538,9 @@ function proposalItem(proposal) {
       "div",
       { class: "entry-top" },
       element("h3", { class: "key", id: keyId, text: proposal.key }),
-      element("p", { class: "meta" }, element("span", { text: forget ? "forget" : "remember" }), timeElement(proposal.created_at)),
+      element("p", { class: "meta" }, element("span", { text: what }), timeElement(proposal.created_at)),
     ),
-    element("p", { class: forget ? "value removed" : "value", text: forget ? "Forget this memory." : proposal.value }),
+    element("p", { class: forget && stored ? "value removed" : "value", text: shown }),
     element(
       "div",
       { class: "actions" },
