@@ -79,6 +79,10 @@ def test_local_mode_needs_no_credentials_and_is_user_local(
         ("DELETE", "/memory/k"),
         ("GET", "/preferences"),
         ("PATCH", "/preferences"),
+        ("GET", "/memory/proposals"),
+        ("DELETE", "/memory/proposals"),
+        ("POST", "/memory/proposals/1/accept"),
+        ("POST", "/memory/proposals/1/reject"),
     ],
 )
 def test_every_route_needs_a_key(make_client: MakeClient, method: str, path: str) -> None:

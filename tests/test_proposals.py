@@ -3,6 +3,7 @@ proposals that the person keeps (accept) or dismisses (reject); every rule holds
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -353,3 +354,26 @@ def test_an_empty_preferences_body_is_400(make_client):
     response = make_client().patch("/preferences", json={})
     assert (response.status_code, response.json()) == (400, error(
         "bad_request", "invalid request body: give memories, review or both"))
+
+
+def test_json_mode_operations_become_proposals_too(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(memory={"review": "on"}, agent={"mode": "json"}))
+    client.put("/memory/city", json={"value": "Paris"})
+    operations = [{"op": "set", "key": "name", "value": "Ada"}, {"op": "delete", "key": "city"},
+                  {"op": "set", "key": "Bad Key", "value": "x"}]
+    upstream.script(AGENT_MODEL, Reply(content=json.dumps({"operations": operations})),
+                    Reply(content='{"operations": []}'))
+    body = chat(client)
+    assert [(p["key"], p["op"], p["value"]) for p in pending(client)] == [
+        ("city", "delete", None), ("name", "set", "Ada")]
+    assert client.get("/memory").json()["memories"] == [entry("city", "Paris", 1)]
+    results = upstream.received(AGENT_MODEL)[1].messages[-1]["content"]
+    assert results.splitlines()[1:4] == [
+        '1. set "name": Proposed for review: set key "name". The user will keep or dismiss it; '
+        "do not repeat it.",
+        '2. delete "city": Proposed for review: delete key "city". The user will keep or dismiss '
+        "it; do not repeat it.",
+        '3. set "Bad Key": Invalid key "Bad Key". Keys are lowercase letters, digits and _, '
+        "start with a letter, and are at most 128 characters.",
+    ]
+    assert body["conversation_id"] == pending(client)[0]["conversation_id"]
