@@ -593,13 +593,20 @@ def test_cli_memory_commands_with_user_touch_only_that_user(
         ["memory", "get", "diary", "--user", "bob"],
         ["memory", "get", "dummy", "--user", "bob"],
         ["memory", "export", "--user", "bob"],
+        ["memory", "proposals", "--user", "bob"],
+        ["memory", "accept", str(world.proposal), "--user", "bob"],
+        ["memory", "reject", str(world.proposal), "--user", "bob"],
     )
     assert [(r.code, r.stderr) for r in reads] == [
         (0, ""),
         (1, "kvmem: not_found: no memory with key 'diary'\n"),
         (1, "kvmem: not_found: no memory with key 'dummy'\n"),
         (0, ""),
+        (0, ""),
+        (1, f"kvmem: not_found: no pending proposal {world.proposal}\n"),
+        (1, f"kvmem: not_found: no pending proposal {world.proposal}\n"),
     ]
+    assert reads[4].json() == {"proposals": []}
     assert reads[0].json() == listing([], 0)
     assert reads[3].json() == {
         "format": "kvmem.memory.v1",
@@ -636,7 +643,7 @@ FUZZ_EXAMPLES = int(os.environ.get(FUZZ_ENV) or 200)
 ERROR_CODES = {
     400: {"bad_request"},
     401: {"unauthorized"},
-    403: {"forbidden", "memory_disabled", "personalize_disabled"},
+    403: {"forbidden", "memory_disabled", "personalize_disabled", "review_not_per_user"},
     404: {"not_found", "model_not_found"},
     405: {"method_not_allowed"},
     409: {"memory_full"},
@@ -675,6 +682,7 @@ def cast_of(client: TestClient, upstream: Any, database: Database) -> Cast:
         chat = client.post("/chat", json={"message": own[1]}, headers=headers)
         assert chat.status_code == 200, chat.text
         conversations[user] = chat.json()["conversation_id"]
+        client.app_state["services"].proposals.propose(user, "shared", own[0])
     alice, bob = secrets["alice"], secrets["bob"]
     credentials: list[tuple[str | None, dict[str, str]]] = [
         ("alice", bearer(alice)),
@@ -738,7 +746,8 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
                                   "models", "healthz", "ollama_chat", "ollama_generate",
                                   "ollama_tags", "ollama_show", "history", "key_history",
                                   "revert", "revert", "export", "import", "import", "me",
-                                  "context", "agent", "mcp", "mcp"]))
+                                  "context", "agent", "mcp", "mcp", "proposals", "proposal",
+                                  "proposal"]))
     path = {
         "context": "/memory/context",
         "agent": "/memory/agent",
@@ -756,6 +765,7 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
         "ollama_show": "/api/show",
         "export": "/memory/export",
         "me": "/me",
+        "proposals": "/memory/proposals",
     }.get(route)
     if route == "key":
         path = "/memory/" + draw(path_segments(KNOWN_KEYS))
@@ -773,15 +783,20 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
         path = "/memory/import" + mode
     elif route == "conversation":
         path = "/conversations/" + draw(path_segments(conversation_ids))
+    elif route == "proposal":  # the cast's proposals are ids 1-3
+        action = draw(st.sampled_from(["accept", "reject"]))
+        path = f"/memory/proposals/{draw(path_segments(['1', '2', '3', '4', '0']))}/{action}"
     usual = {"key": "PUT", "preferences": "PATCH", "chat": "POST", "completions": "POST",
              "ollama_chat": "POST", "ollama_generate": "POST", "ollama_show": "POST",
              "revert": "POST", "import": "POST", "me": "DELETE",
-             "context": "POST", "agent": "POST", "mcp": "POST"}.get(route, "GET")
+             "context": "POST", "agent": "POST", "mcp": "POST",
+             "proposal": "POST"}.get(route, "GET")
     method = draw(st.sampled_from([usual, usual, usual, "GET", "PUT", "DELETE", "PATCH", "POST",
                                    "HEAD", "OPTIONS"]))
     shaped = {
         "key": st.fixed_dictionaries({"value": any_text()}, optional={"source": json_values()}),
-        "preferences": st.fixed_dictionaries({"memories": st.booleans() | json_values()}),
+        "preferences": st.fixed_dictionaries({"memories": st.booleans() | json_values()},
+                                             optional={"review": st.booleans() | json_values()}),
         "revert": st.fixed_dictionaries({"to": st.integers(-2, 2**64) | json_values()}),
         "import": st.fixed_dictionaries(
             {"memories": st.lists(st.fixed_dictionaries(
@@ -917,7 +932,8 @@ def test_fuzzed_requests_find_no_500_and_no_cross_user_read(
                                          chat={"headers": USER_HEADER}))
     cast = cast_of(client, upstream, database)
     victim_before = {path: raw(client.get(path, headers=service(VICTIM)))
-                     for path in ("/memory", "/conversations", f"/conversations/{cast.conversations[VICTIM]}")}
+                     for path in ("/memory", "/conversations", f"/conversations/{cast.conversations[VICTIM]}",
+                                  "/memory/proposals")}
     problems: dict[str, list[str]] = {}  # kind of problem: examples
     erased: set[str | None] = set()  # users a DELETE /me erased
 
