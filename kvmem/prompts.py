@@ -182,7 +182,9 @@ def render_agent_input(
     ] or ["(none)"]
     if pending:
         # So the agent neither proposes again what already waits nor takes it as stored.
-        memory += ["", "# Pending review:"]
+        memory += ["", "# Pending review:",
+                   "(proposed earlier and waiting for the user's decision: not stored yet; "
+                   "do not propose them again)"]
         memory += [
             f"- set {proposal.key}: {escape_value(proposal.value)}"
             if proposal.value is not None else f"- delete {proposal.key}"

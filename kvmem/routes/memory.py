@@ -1,8 +1,9 @@
 """`/memory` and `/preferences`: reading and editing a user's entries by hand.
 
-The history, revert, export/import and erasure routes live in `kvmem.routes.history`; this
-module's `routes` lists them in the order that keeps `/memory/{key}` from taking
-`/memory/history` and `/memory/export`.
+The history, revert, export/import and erasure routes live in `kvmem.routes.history`, the
+proposal routes in `kvmem.routes.proposals`; this module's `routes` lists them in the order
+that keeps `/memory/{key}` from taking `/memory/history`, `/memory/export` and
+`/memory/proposals`.
 """
 
 from __future__ import annotations
