@@ -79,10 +79,12 @@ def chat_sections(model: ScriptedUpstream, folder: Path, **memory: Any) -> dict[
 
 @pytest.fixture(scope="module")
 def keys_server(tmp_path_factory: pytest.TempPathFactory, model: ScriptedUpstream) -> Iterator[ServeProcess]:
-    """`auth.mode: keys`, validKeys and a tokenLimit; user `veteran` has a key stored before
-    validKeys was set (a key the page must let the server refuse)."""
+    """`auth.mode: keys`, validKeys, a tokenLimit and `memory.review: per_user`; user
+    `veteran` has a key stored before validKeys was set (a key the page must let the server
+    refuse)."""
     folder = tmp_path_factory.mktemp("keys")
-    sections = chat_sections(model, folder, validKeys=VALID_KEYS, tokenLimit=TOKEN_LIMIT)
+    sections = chat_sections(model, folder, validKeys=VALID_KEYS, tokenLimit=TOKEN_LIMIT,
+                             review="per_user")
     sections["auth"] = {"mode": "keys", "service_keys": [SERVICE_KEY]}
     before = {"database": sections["database"]}
     (folder / "before.yaml").write_text(json.dumps(before), encoding="utf-8")
@@ -571,6 +573,28 @@ def test_a_suggestion_over_the_token_limit_stays_and_says_why(
     assert keys_of(page) == ["user_preferences"]
     assert [p["key"] for p in user.call("GET", "/memory/proposals").json()["proposals"]] == [
         "learned_facts"]
+
+
+def test_each_person_may_ask_to_review_before_remembering(
+    keys_server: ServeProcess, local_server: ServeProcess, open_page: Any
+) -> None:
+    user = User(keys_server)
+    page, _ = open_as(open_page, user)
+    review = page.get_by_role("checkbox", name="Ask me before remembering")
+    expect(review).not_to_be_checked()
+    review.click()
+    expect(page.get_by_role("status").filter(has_text="asks before remembering")).to_be_visible()
+    assert user.call("GET", "/preferences").json() == {"memories": True, "review": True}
+    page.reload()
+    expect(review).to_be_checked()
+    review.press("Space")
+    expect(review).not_to_be_checked()
+    expect(page.get_by_role("status").filter(has_text="without asking")).to_be_visible()
+    assert user.call("GET", "/preferences").json() == {"memories": True, "review": False}
+    # Where the operator chose (memory.review: off here), the page offers no such switch.
+    local, _ = open_page(f"{local_server.url}/ui")
+    expect(memories(local)).to_have_attribute("aria-busy", "false")
+    expect(local.get_by_role("checkbox", name="Ask me before remembering")).to_have_count(0)
 
 
 def test_the_switch_turns_memory_off_for_chats(keys_server: ServeProcess, open_page: Any) -> None:

@@ -12,6 +12,8 @@ const $ = (id) => document.getElementById(id);
 const server = {
   needsKey: document.body.dataset.authMode === "keys",
   personalize: document.body.dataset.personalize === "true",
+  // memory.review: only under per_user does each person choose whether the agent asks first.
+  reviewPerUser: document.body.dataset.review === "per_user",
 };
 const state = {
   token: null,
@@ -261,7 +263,9 @@ function renderUsage({ total_tokens: total, token_limit: limit, usage_percentage
   $("usage-text").textContent = `${total} of ${limit} tokens`;
 }
 
-function renderPreferences({ memories, switchable }) {
+function renderPreferences({ memories, review, switchable }) {
+  $("review-setting").hidden = !server.reviewPerUser;
+  $("review").checked = review;
   const box = $("use-memory");
   box.checked = memories;
   box.disabled = !switchable;
@@ -590,6 +594,20 @@ async function toggleMemory() {
   }
 }
 
+async function toggleReview() {
+  const box = $("review");
+  const wanted = box.checked;
+  showMessage($("page-error"), "");
+  try {
+    const { review } = await api("PATCH", "/preferences", { review: wanted });
+    box.checked = review;
+    announce(review ? "The assistant now asks before remembering." : "The assistant remembers without asking.");
+  } catch (error) {
+    box.checked = !wanted;
+    showMessage($("page-error"), error.message);
+  }
+}
+
 async function exportMemory() {
   showMessage($("page-error"), "");
   try {
@@ -653,6 +671,7 @@ function wire() {
     $("entry-key").focus();
   });
   $("use-memory").addEventListener("change", toggleMemory);
+  $("review").addEventListener("change", toggleReview);
   $("export").addEventListener("click", exportMemory);
   $("import").addEventListener("click", () => $("import-file").click());
   $("import-file").addEventListener("change", importMemory);
