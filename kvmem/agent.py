@@ -54,6 +54,7 @@ from kvmem.errors import (
 from kvmem.intent import IntentGate
 from kvmem.metrics import Metrics
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
+from kvmem.proposals import ProposalStore
 from kvmem.provider import ModelClient, Target, token_prices
 from kvmem.redaction import SecretScrubber
 from kvmem.run_slots import RunSlot, RunSlots
@@ -81,9 +82,11 @@ class MemoryAgent:
         *,
         usage: UsageStore | None = None,
         metrics: Metrics | None = None,
+        proposals: ProposalStore | None = None,
     ) -> None:
         self.config = config
         self.store = store
+        self.proposals = proposals or ProposalStore(store)
         self.client = client
         self.target = target
         self.usage = usage
@@ -185,16 +188,19 @@ class MemoryAgent:
         *,
         slot: RunSlot,
         deadline: float | None = None,
+        review: bool = False,
     ) -> AgentRun:
         """Start a run as a tracked task; it works until done or cancelled at its deadline,
         and gives `slot` back when it ends.
 
         Without `deadline` (a `time.monotonic()` value) the deadline is set later, by
         `AgentRun.main_ended`; the sidecar hook, which has no main response, passes one.
+        With `review` its writes become proposals (`kvmem.proposals`).
         """
         loop = asyncio.get_running_loop()
         run = AgentRun(
-            state="running", user_id=user_id, conversation_id=conversation_id, _loop=loop
+            state="running", user_id=user_id, conversation_id=conversation_id, review=review,
+            _loop=loop,
         )
         started = time.monotonic()
         run.task = loop.create_task(
@@ -302,7 +308,7 @@ class MemoryAgent:
             output_tokens=run.output_tokens,
             cost_usd=self._cost(run),
             state=run.state,
-            writes=len(run.updates),
+            writes=sum(not update.pending for update in run.updates),
         ))
 
     def _write_records(self, runs: Sequence[RunUsage]) -> None:
@@ -328,13 +334,7 @@ class MemoryAgent:
         assert self.target is not None
         memory = self.config.memory
         prompt = await anyio.to_thread.run_sync(
-            render_agent_input,
-            entries,
-            memory.token_limit,
-            memory.valid_keys,
-            window,
-            memory.max_input_tokens,
-            self.store.tokens,
+            self._agent_input, run, user_id, entries, window
         )
         instructions = (memory.agent and memory.agent.instructions) or DEFAULT_AGENT_INSTRUCTIONS
         if self.mode == "json":
@@ -347,6 +347,22 @@ class MemoryAgent:
             await self._converse_json(run, user_id, messages)
         else:
             await self._converse_tools(run, user_id, messages)
+
+    def _agent_input(
+        self, run: AgentRun, user_id: str, entries: Sequence[Entry], window: Sequence[ChatLine]
+    ) -> str:
+        """The run's input message (with the proposals pending review, under review)."""
+        memory = self.config.memory
+        pending = self.proposals.pending(user_id) if run.review else ()
+        return render_agent_input(
+            entries,
+            memory.token_limit,
+            memory.valid_keys,
+            window,
+            memory.max_input_tokens,
+            self.store.tokens,
+            pending,
+        )
 
     async def _converse_tools(
         self, run: AgentRun, user_id: str, messages: list[dict[str, Any]]
@@ -461,9 +477,13 @@ class MemoryAgent:
     async def _write(
         self, run: AgentRun, user_id: str, key: str, value: str | None
     ) -> tuple[str, bool]:
-        """Set `key` (or delete it when `value` is None) in a worker thread; the result text
-        the model sees and whether the write landed."""
+        """Set `key` (or delete it when `value` is None) in a worker thread, or propose it
+        under review; the result text the model sees and whether the write landed."""
         try:
+            if run.review:
+                return await anyio.to_thread.run_sync(
+                    self._propose, run, user_id, key, value, abandon_on_cancel=True
+                ), True
             if value is None:
                 return await anyio.to_thread.run_sync(
                     self._delete, run, user_id, key, abandon_on_cancel=True
@@ -501,6 +521,18 @@ class MemoryAgent:
             guard.release()
         self.metrics.memory_write("agent", "delete")
         return f'Memory deleted for key "{key}"'
+
+    def _propose(self, run: AgentRun, user_id: str, key: str, value: str | None) -> str:
+        guard = run.commit_guard()
+        try:
+            proposal = self.proposals.propose(
+                user_id, key, value, conversation_id=run.conversation_id, guard=guard
+            )
+            run.record(MemoryUpdate(proposal.op, proposal.key, proposal.value, pending=True))
+        finally:
+            guard.release()
+        return (f'Proposed for review: {proposal.op} key "{proposal.key}". The user will keep '
+                "or dismiss it; do not repeat it.")
 
     def _refusal(self, exc: KvmemError, key: str) -> str:
         """The result string the model sees for a refused write."""

@@ -33,12 +33,16 @@ class MemoryUpdate:
     op: Literal["set", "delete"]
     key: str
     value: str | None = None
+    # A proposal held for the person's review (`kvmem.proposals`), not a write.
+    pending: bool = False
 
     def as_json(self) -> dict[str, Any]:
         """The update as replies and `memory` events show it."""
         body: dict[str, Any] = {"op": self.op, "key": self.key}
         if self.value is not None:
             body["value"] = self.value
+        if self.pending:
+            body["pending"] = True
         return body
 
 
@@ -51,6 +55,8 @@ class AgentRun:
     user_id: str | None = None  # whose memory the run writes (None for a run never started)
     # The conversation the run reads; its writes are recorded in the history with it.
     conversation_id: str | None = None
+    # Whether its writes become proposals for the person's review (`kvmem.proposals`).
+    review: bool = False
     task: asyncio.Task[None] | None = None
     deadline: float | None = None  # time.monotonic(); None until the main response ends
     started_at: datetime = field(default_factory=utcnow)

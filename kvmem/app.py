@@ -25,6 +25,7 @@ from kvmem.db import Database
 from kvmem.errors import ClientGone, KvmemError, MethodNotAllowed, NotFound, openai_error_body
 from kvmem.mcp_http import McpEndpoint, McpTransport
 from kvmem.metrics import Metrics, MetricsMiddleware
+from kvmem.proposals import ProposalStore
 from kvmem.provider import ModelClient, agent_target, chat_target
 from kvmem.retention import sweep_history
 from kvmem.routes import chat, health, hooks, memory, ollama, openai, ops, sessions, ui
@@ -62,8 +63,10 @@ def build_services(
         keep_days=config.memory.history.keep_days,
     )
     usage = UsageStore(database)
+    proposals = ProposalStore(store)
     agent = MemoryAgent(
-        config, store, client, agent_target(config), usage=usage, metrics=metrics
+        config, store, client, agent_target(config), usage=usage, metrics=metrics,
+        proposals=proposals,
     )
     metrics.agent_in_flight.set_function(lambda: agent.in_flight)
     return Services(
@@ -82,6 +85,7 @@ def build_services(
         memory=MemoryService(config, store, agent),
         metrics=metrics,
         usage=usage,
+        proposals=proposals,
     )
 
 

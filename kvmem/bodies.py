@@ -31,9 +31,10 @@ class MemoryValue(RequestBody):
 
 
 class Preferences(RequestBody):
-    """`PATCH /preferences`."""
+    """`PATCH /preferences`: either switch, or both."""
 
-    memories: StrictBool
+    memories: StrictBool | None = None
+    review: StrictBool | None = None
 
 
 async def read_body(request: Request, max_bytes: int, timeout: float | None = None) -> bytes:

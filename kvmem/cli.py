@@ -443,6 +443,60 @@ def memory_revert(user_id: str, key: str, change_id: int) -> None:
     )
 
 
+def open_proposals(loaded: LoadedConfig) -> Any:
+    """A `ProposalStore` on the configured database, with the configured rules."""
+    from kvmem.proposals import ProposalStore
+
+    return ProposalStore(open_store(loaded))
+
+
+@memory.command("proposals")
+@config_option
+@user_option
+def memory_proposals(user_id: str) -> None:
+    """Print the memory agent's proposals waiting for review, newest first."""
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    proposals = open_proposals(loaded)
+    with operation():
+        print_json({"proposals": [p.as_json() for p in proposals.pending(user_id)]})
+
+
+@memory.command("accept")
+@config_option
+@user_option
+@click.argument("proposal_id", metavar="ID", type=click.IntRange(min=1))
+def memory_accept(user_id: str, proposal_id: int) -> None:
+    """Keep proposal ID: write it as the agent's (every write rule applies; a refused one
+    stays pending)."""
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    proposals = open_proposals(loaded)
+    with operation():
+        accepted = proposals.accept(user_id, proposal_id)
+    print_json(
+        {
+            "memory": accepted.entry.as_json() if accepted.entry else None,
+            "total_tokens": accepted.total_tokens,
+            "token_limit": loaded.config.memory.token_limit,
+        }
+    )
+
+
+@memory.command("reject")
+@config_option
+@user_option
+@click.argument("proposal_id", metavar="ID", type=click.IntRange(min=1))
+def memory_reject(user_id: str, proposal_id: int) -> None:
+    """Dismiss proposal ID."""
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    proposals = open_proposals(loaded)
+    with operation():
+        proposals.reject(user_id, proposal_id)
+    click.echo(f"rejected {proposal_id}")
+
+
 @main.group()
 @config_option
 def user() -> None:

@@ -23,12 +23,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 KEY_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,127}")
-# "nothing" is LibreChat's sentinel; "history" and "export" name routes under /memory/.
-RESERVED_KEYS = frozenset({"nothing", "history", "export"})
+# "nothing" is LibreChat's sentinel; "history", "export" and "proposals" name routes under
+# /memory/.
+RESERVED_KEYS = frozenset({"nothing", "history", "export", "proposals"})
 
 
 def reserved_keys_text() -> str:
-    """The reserved keys as a message lists them: 'export', 'history' or 'nothing'."""
+    """The reserved keys as a message lists them: 'export', 'history', 'nothing' or
+    'proposals'."""
     names = [f"'{key}'" for key in sorted(RESERVED_KEYS)]
     return ", ".join(names[:-1]) + " or " + names[-1]
 
@@ -207,6 +209,17 @@ class MemoryConfig(Section):
     message_window_size: int = Field(5, alias="messageWindowSize", gt=0)
     agent: AgentConfig | None = None
     history: HistoryConfig = HistoryConfig()
+    # Whether the agent's writes wait for the person's "keep" (`kvmem.proposals`): `off`
+    # (LibreChat's behaviour), `on` for everyone, or `per_user` (PATCH /preferences).
+    review: Literal["off", "on", "per_user"] = "off"
+
+    @field_validator("review", mode="before")
+    @classmethod
+    def _review_words(cls, review: Any) -> Any:
+        # YAML reads a bare `off` and `on` as booleans: take them as the words they were.
+        if isinstance(review, bool):
+            return "on" if review else "off"
+        return review
 
     @field_validator("valid_keys")
     @classmethod

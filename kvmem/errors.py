@@ -6,7 +6,8 @@
     ├── Unauthorized              401 unauthorized
     ├── Forbidden                 403 forbidden
     │   ├── MemoryDisabled        403 memory_disabled
-    │   └── PersonalizeDisabled   403 personalize_disabled
+    │   ├── PersonalizeDisabled   403 personalize_disabled
+    │   └── ReviewNotPerUser      403 review_not_per_user
     ├── NotFound                  404 not_found
     │   └── ModelNotFound         404 model_not_found
     ├── MethodNotAllowed          405 method_not_allowed
@@ -119,6 +120,12 @@ class PersonalizeDisabled(Forbidden):
     """`memory.personalize` is false, so users cannot change their opt-out switch."""
 
     code = "personalize_disabled"
+
+
+class ReviewNotPerUser(Forbidden):
+    """A user tried to set their own review switch, but `memory.review` is not `per_user`."""
+
+    code = "review_not_per_user"
 
 
 class NotFound(KvmemError):

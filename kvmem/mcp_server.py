@@ -1,6 +1,7 @@
 """kvmem as a Model Context Protocol server, so MCP clients (desktop assistants, IDE agents)
 read and write the same memory: tools `memory_list`, `memory_get`, `memory_set`,
-`memory_delete`, `memory_history`, and the resource `memory://block`.
+`memory_delete`, `memory_history`, `memory_proposals`, `memory_proposal_accept`,
+`memory_proposal_reject`, and the resource `memory://block`.
 
 The one module that imports the `mcp` SDK, itself imported only when first needed (`kvmem
 mcp`, or the first request to `/mcp`). It serves the SDK's low-level `Server` over two
@@ -92,12 +93,32 @@ class HistoryArguments(ToolArguments):
     before: int | None = Field(None, ge=1, description="Only changes with a smaller id.")
 
 
+class ProposalsArguments(ToolArguments):
+    """List the memory agent's proposals waiting for the user's review, newest first: each
+    one's id, key, op (set or delete), proposed value, conversation and time. Nothing of
+    them is remembered until the user keeps one."""
+
+
+class ProposalArguments(ToolArguments):
+    """Keep one of the memory agent's proposals: apply it to memory now, under every rule
+    (a proposal that no longer fits the token limit stays pending). Only when the user says so."""
+
+    id: int = Field(ge=1, description="The proposal's id, from memory_proposals.")
+
+
+class RejectArguments(ProposalArguments):
+    """Dismiss one of the memory agent's proposals: it is dropped and nothing is remembered."""
+
+
 TOOLS: dict[str, type[ToolArguments]] = {
     "memory_list": ListArguments,
     "memory_get": GetArguments,
     "memory_set": SetArguments,
     "memory_delete": DeleteArguments,
     "memory_history": HistoryArguments,
+    "memory_proposals": ProposalsArguments,
+    "memory_proposal_accept": ProposalArguments,
+    "memory_proposal_reject": RejectArguments,
 }
 
 
@@ -108,6 +129,14 @@ ANNOTATIONS = {
     "memory_list": READ,
     "memory_get": READ,
     "memory_history": READ,
+    "memory_proposals": READ,
+    # Each answers once: a second call finds the proposal gone.
+    "memory_proposal_accept": types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+    ),
+    "memory_proposal_reject": types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+    ),
     "memory_set": types.ToolAnnotations(
         read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
     ),
@@ -198,6 +227,10 @@ class MemoryMcp:
             key = getattr(arguments, "key", None)
             if isinstance(exc, NotFound) and params.name == "memory_get":
                 return _error(f'No memory with key "{key}".')
+            if params.name.startswith("memory_proposal_"):
+                if isinstance(exc, NotFound):
+                    return _error(f"No pending proposal with id {arguments.id}.")
+                return _error(f"Error: {exc.message}; the proposal stays pending.")
             return _error(refusal_message(exc, key, self.services.config.memory.valid_keys))
 
     def _run_tool(self, name: str, user: str, arguments: Any) -> types.CallToolResult:
@@ -223,6 +256,20 @@ class MemoryMcp:
         if name == "memory_history":
             page = store.history(user, arguments.key, arguments.limit, arguments.before)
             return _data(page.as_json())
+        proposals = self.services.proposals
+        if name == "memory_proposals":
+            return _data({"proposals": [p.as_json() for p in proposals.pending(user)]})
+        if name == "memory_proposal_accept":
+            accepted = proposals.accept(user, arguments.id)
+            self.services.metrics.memory_write("agent", "set" if accepted.entry else "delete")
+            return _result(
+                f"Proposal {arguments.id} kept",
+                {"memory": accepted.entry.as_json() if accepted.entry else None,
+                 "total_tokens": accepted.total_tokens, "token_limit": config.memory.token_limit},
+            )
+        if name == "memory_proposal_reject":
+            proposals.reject(user, arguments.id)
+            return _result(f"Proposal {arguments.id} dismissed", {"rejected": 1})
         raise AssertionError(f"tool {name} has no implementation")  # TOOLS and this agree
 
     async def _list_resources(

@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvmem.proposals import Proposal
 from kvmem.store import Entry
 from kvmem.tokens import TokenCounter
 
@@ -156,8 +157,10 @@ def render_agent_input(
     window: Sequence[ChatLine],
     max_input_tokens: int,
     tokens: TokenCounter,
+    pending: Sequence[Proposal] = (),
 ) -> str:
-    """The agent's user message: memory status, existing memory, and the chat it reads.
+    """The agent's user message: memory status, existing memory, the proposals pending
+    review (when there are any), and the chat it reads.
 
     The chat is cut to `max_input_tokens` tokens, keeping its end.
     """
@@ -177,6 +180,16 @@ def render_agent_input(
         f"- {entry.key} ({entry.token_count} tokens): {escape_value(entry.value)}"
         for entry in entries
     ] or ["(none)"]
+    if pending:
+        # So the agent neither proposes again what already waits nor takes it as stored.
+        memory += ["", "# Pending review:",
+                   "(proposed earlier and waiting for the user's decision: not stored yet; "
+                   "do not propose them again)"]
+        memory += [
+            f"- set {proposal.key}: {escape_value(proposal.value)}"
+            if proposal.value is not None else f"- delete {proposal.key}"
+            for proposal in pending
+        ]
     chat = tokens.keep_end(_last_chars(render_chat(window), max_input_tokens), max_input_tokens)
     return "\n".join([*status, "", *memory, "", "# Current Chat:", chat])
 

@@ -15,6 +15,7 @@ from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import MemoryDisabled
 from kvmem.metrics import Metrics
+from kvmem.proposals import ProposalStore
 from kvmem.provider import ModelClient, Target
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
@@ -39,6 +40,7 @@ class Services:
     memory: MemoryService
     metrics: Metrics
     usage: UsageStore
+    proposals: ProposalStore
 
 
 def services_of(request: Request) -> Services:

@@ -33,7 +33,7 @@ from kvmem.errors import BadRequest, KvmemError, MemoryFull, NotFound
 from kvmem.group_commit import GroupCommit, Prepare
 from kvmem.history import Change, ChangeLog, ChangeSource, HistoryPage, iso
 from kvmem.rules import MemoryRules
-from kvmem.tables import MemoryEntry, User, utcnow
+from kvmem.tables import MemoryEntry, MemoryProposal, User, utcnow
 from kvmem.tokens import TokenCounter
 
 log = logging.getLogger("kvmem.store")
@@ -406,13 +406,43 @@ class MemoryStore:
             return entry
 
     def clear(self, user_id: str) -> int:
-        """Remove all of the user's entries and their history; the number of entries removed."""
+        """Remove all of the user's entries, their history and the agent's pending proposals;
+        the number of entries removed."""
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
             result = session.execute(delete(MemoryEntry).where(MemoryEntry.user_id == user_id))
             self.history_log.clear(session, user_id)
+            session.execute(delete(MemoryProposal).where(MemoryProposal.user_id == user_id))
             session.execute(_BUMP, {"user_id": user_id})
             return result.rowcount
+
+    def write_locked(
+        self,
+        session: Session,
+        user_id: str,
+        key: str,
+        value: str | None,
+        source: Source,
+        *,
+        conversation_id: str | None = None,
+    ) -> tuple[Entry | None, int]:
+        """Set `key` to `value` (or delete it when `value` is None) under every write rule,
+        inside the caller's transaction, which already holds the user's lock: for a caller
+        that changes another table in the same transaction (accepting a proposal). The entry
+        now (None once deleted; a delete of a missing key changes nothing) and the total."""
+        if value is not None:
+            self.rules.check_key(key)
+            clean = self.rules.clean_value(value)
+            written = self._set_locked(
+                session.connection(), user_id, key, clean, self.tokens.count(clean), source,
+                conversation_id,
+            )
+            return written.entry, written.total_tokens
+        self.rules.check_key_format(key)
+        row = _find(session, user_id, key)
+        if row is not None:
+            self._delete_locked(session, user_id, row, source, conversation_id)
+        return None, _total(session, user_id)
 
     def _set_locked(
         self,

@@ -72,6 +72,8 @@ class User(Base):
     # Bumped in the same transaction as every change to the user's entries, so a reader
     # that sees an unchanged version may reuse the entries it read before.
     memory_version: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The user's own "review before remembering" switch, used under `memory.review: per_user`.
+    review: Mapped[bool] = mapped_column(Boolean, server_default="0")
 
 
 class MemoryEntry(Base):
@@ -215,3 +217,24 @@ class UserErasure(Base):
 
     user_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     erased_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class MemoryProposal(Base):
+    """A write the memory agent proposed, waiting for the person to keep or dismiss it."""
+
+    __tablename__ = "memory_proposals"
+    __table_args__ = (
+        Index("ix_memory_proposals_user_id", "user_id", "id"),
+        # Ids are handed to clients (accept, reject targets): never reused on SQLite.
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(
+        String(128), ForeignKey("users.id", ondelete="CASCADE")
+    )
+    key: Mapped[str] = mapped_column(String(128))
+    op: Mapped[str] = mapped_column(String(8))  # "set" or "delete"
+    value: Mapped[str | None] = mapped_column(Text, nullable=True)  # None for a delete
+    conversation_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)

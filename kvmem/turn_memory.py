@@ -25,6 +25,7 @@ from kvmem.config import Config
 from kvmem.errors import BadRequest, StoreUnavailable
 from kvmem.prompts import ChatLine, entries_within, render_memory_block
 from kvmem.run_slots import RunSlot
+from kvmem.proposals import review_in_effect
 from kvmem.store import Entry, MemoryStore, Snapshot
 
 log = logging.getLogger("kvmem.turn_memory")
@@ -116,10 +117,10 @@ class MemoryService:
         slot = self._reserve(user_id, window, newest, temporary=temporary)
         try:
             entries: list[Entry] = []
-            snapshot, block, store_failed, over_budget = None, "", False, False
+            snapshot, block, store_failed, over_budget, review = None, "", False, False, False
             if not self.config.memory.disabled and not temporary:
                 try:
-                    snapshot, entries, block, over_budget = await run_in_threadpool(
+                    snapshot, entries, block, over_budget, review = await run_in_threadpool(
                         self._read_turn, user_id
                     )
                 except StoreUnavailable as exc:
@@ -145,7 +146,9 @@ class MemoryService:
             run = self.agent.not_run(state, user_id, conversation_id)
             return TurnMemory(block, [e.key for e in entries], run)
         assert snapshot is not None and slot is not None  # read and reserved when it runs
-        run = self.agent.start(user_id, conversation_id, snapshot.entries, window, slot=slot)
+        run = self.agent.start(
+            user_id, conversation_id, snapshot.entries, window, slot=slot, review=review
+        )
         return TurnMemory(block, [e.key for e in entries], run)
 
     def _reserve(
@@ -193,7 +196,9 @@ class MemoryService:
             return AgentRun.finished(state)
         slot = self.agent.reserve(user_id)
         try:
-            snapshot, _, _, over_budget = await run_in_threadpool(self._read_turn, user_id)
+            snapshot, _, _, over_budget, review = await run_in_threadpool(
+                self._read_turn, user_id
+            )
         except BaseException:
             if slot is not None:
                 slot.release()
@@ -213,7 +218,8 @@ class MemoryService:
             return self.agent.not_run(state, user_id, conversation_id)
         assert slot is not None
         return self.agent.start(
-            user_id, conversation_id, snapshot.entries, window, slot=slot, deadline=deadline
+            user_id, conversation_id, snapshot.entries, window, slot=slot, deadline=deadline,
+            review=review,
         )
 
     def _context(self, user_id: str) -> MemoryContext:
@@ -243,12 +249,19 @@ class MemoryService:
             self._blocks[user_id] = (snapshot.entries, entries, block)
         return snapshot, entries, block
 
-    def _read_turn(self, user_id: str) -> tuple[Snapshot, list[Entry], str, bool]:
-        """`_read`, and whether the user is over the daily token budget (one trip off the
-        event loop)."""
+    def _read_turn(self, user_id: str) -> tuple[Snapshot, list[Entry], str, bool, bool]:
+        """`_read`, whether the user is over the daily token budget and whether the agent's
+        writes wait for review (one trip off the event loop)."""
         snapshot, entries, block = self._read(user_id)
         over_budget = snapshot.memories_enabled and self._over_budget(user_id)
-        return snapshot, entries, block, over_budget
+        return snapshot, entries, block, over_budget, self._review(user_id)
+
+    def _review(self, user_id: str) -> bool:
+        """Whether the user's agent writes become proposals (their own switch is read only
+        under `memory.review: per_user`)."""
+        memory = self.config.memory
+        user_review = memory.review == "per_user" and self.agent.proposals.user_review(user_id)
+        return review_in_effect(memory, user_review)
 
     def _over_budget(self, user_id: str) -> bool:
         """Whether the user's agent runs of today reached the budget (read from the database,

@@ -79,6 +79,10 @@ def test_local_mode_needs_no_credentials_and_is_user_local(
         ("DELETE", "/memory/k"),
         ("GET", "/preferences"),
         ("PATCH", "/preferences"),
+        ("GET", "/memory/proposals"),
+        ("DELETE", "/memory/proposals"),
+        ("POST", "/memory/proposals/1/accept"),
+        ("POST", "/memory/proposals/1/reject"),
     ],
 )
 def test_every_route_needs_a_key(make_client: MakeClient, method: str, path: str) -> None:
@@ -250,10 +254,10 @@ def test_preferences_are_per_user(make_client: MakeClient, keys: KeyStore) -> No
     _, bob = keys.create("bob")
     assert answer(client.patch("/preferences", json={"memories": False}, headers=bearer(alice))) == (
         200,
-        {"memories": False},
+        {"memories": False, "review": False},
     )
-    assert answer(client.get("/preferences", headers=bearer(bob))) == (200, {"memories": True})
-    assert answer(client.get("/preferences", headers=bearer(alice))) == (200, {"memories": False})
+    assert answer(client.get("/preferences", headers=bearer(bob))) == (200, {"memories": True, "review": False})
+    assert answer(client.get("/preferences", headers=bearer(alice))) == (200, {"memories": False, "review": False})
 
 
 # -- the key store -----------------------------------------------------------------------------

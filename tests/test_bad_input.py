@@ -66,7 +66,7 @@ def nothing_changed(client: TestClient, upstream: Any) -> None:
     listing = client.get("/memory").json()
     assert (listing["memories"], listing["total_tokens"]) == ([], 0)
     assert client.get("/conversations").json() == {"conversations": [], "next": None}
-    assert client.get("/preferences").json() == {"memories": True}
+    assert client.get("/preferences").json() == {"memories": True, "review": False}
     assert upstream.requests == []
 
 
@@ -387,7 +387,7 @@ def test_unicode_and_percent_encoded_keys_in_paths(
         return
     invalid = error("/memory/k", "invalid_key", (
         f"invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
-        "starts with a letter, and is not 'export', 'history' or 'nothing'"))
+        "starts with a letter, and is not 'export', 'history', 'nothing' or 'proposals'"))
     for response in (put, get, delete):
         assert (response.status_code, response.json()) == (status, invalid)
     assert listing == []

@@ -157,7 +157,7 @@ def test_an_opted_out_user_gets_no_memory_and_no_agent(upstream, chat_sections, 
     client = make_client(**chat_sections())
     client.put("/memory/name", json={"value": "Ada"})
     patched = client.patch("/preferences", json={"memories": False})
-    assert patched.status_code == 200 and patched.json() == {"memories": False}
+    assert patched.status_code == 200 and patched.json() == {"memories": False, "review": False}
     body = client.post("/chat", json={"message": "Remember I like tea."}).json()
     assert body == reply(body["conversation_id"], "ok", [], "skipped")
     assert services(client).agent.in_flight == 0

@@ -16,6 +16,7 @@ from kvmem.config_loader import load_config
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.migrate import HEAD, ensure_current
+from kvmem.proposals import ProposalStore
 from kvmem.rules import MemoryRules
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
@@ -24,7 +25,7 @@ from tests.support.processes import Result, run, run_all
 
 INVALID_KEY_MESSAGE = (
     "invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
-    "starts with a letter, and is not 'export', 'history' or 'nothing'"
+    "starts with a letter, and is not 'export', 'history', 'nothing' or 'proposals'"
 )
 
 
@@ -276,6 +277,43 @@ def test_memory_history_and_revert(kvmem: Callable[..., Result], store: MemorySt
     assert (malformed.code, malformed.stdout) == (2, "")
     assert "'one' is not a valid integer" in malformed.stderr
     assert stored(store, "alice") == [("likes", "alice's tea", "manual")]
+
+
+def test_memory_proposals_accept_reject(kvmem: Callable[..., Result], store: MemoryStore,
+                                        folder: Path) -> None:
+    proposals = ProposalStore(store)
+    proposals.propose("local", "likes", "tea", conversation_id="conv-1")  # id 1
+    proposals.propose("local", "job", "one two three four five six", conversation_id="conv-2")
+    proposals.propose("alice", "facts", "alice's")  # id 3
+    store.set("local", "facts", " ".join(["hello"] * 16))
+    listed, alices = run_all([["--config", "memory.yaml", "memory", "proposals"],
+                              ["--config", "memory.yaml", "memory", "proposals", "--user", "alice"]],
+                             folder)
+    assert (listed.code, listed.json()) == (0, {"proposals": [
+        {"id": 2, "key": "job", "op": "set", "value": "one two three four five six",
+         "conversation_id": "conv-2", "created_at": ISO_TIME},
+        {"id": 1, "key": "likes", "op": "set", "value": "tea", "conversation_id": "conv-1",
+         "created_at": ISO_TIME},
+    ]})
+    assert [p["id"] for p in alices.json()["proposals"]] == [3]
+
+    kept = kvmem("memory", "accept", "1")
+    assert (kept.code, kept.stderr, kept.json()) == (0, "", {
+        "memory": entry("likes", "tea", 1, source="agent"), "total_tokens": 17, "token_limit": 20})
+    full = kvmem("memory", "accept", "2")
+    assert (full.code, full.stdout, full.stderr) == (1, "", "kvmem: memory_full: storing 6 tokens "
+                                                     "would take memory to 23 tokens, over the limit of 20\n")
+    others = kvmem("memory", "accept", "3")
+    assert (others.code, others.stdout, others.stderr) == (
+        1, "", "kvmem: not_found: no pending proposal 3\n")
+    rejected = kvmem("memory", "reject", "2")
+    assert (rejected.code, rejected.stdout, rejected.stderr) == (0, "rejected 2\n", "")
+    again = kvmem("memory", "reject", "2")
+    assert (again.code, again.stderr) == (1, "kvmem: not_found: no pending proposal 2\n")
+    assert proposals.pending("local") == ()
+    assert [p.key for p in proposals.pending("alice")] == ["facts"]
+    assert stored(store)[-1] == ("likes", "tea", "agent")
+    assert [c.conversation_id for c in store.history("local", "likes").changes] == ["conv-1"]
 
 
 def test_user_erase(kvmem: Callable[..., Result], store: MemoryStore, folder: Path) -> None:

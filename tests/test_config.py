@@ -369,7 +369,7 @@ def test_invalid_valid_keys_are_refused(write_config: WriteConfig, bad: str) -> 
         load_config(path, environ={})
     assert str(raised.value) == (
         f"{path}: invalid config:\n  memory.validKeys: Value error, {bad!r} can never be stored: "
-        "keys match ^[a-z][a-z0-9_]{0,127}$ and are not 'export', 'history' or 'nothing'"
+        "keys match ^[a-z][a-z0-9_]{0,127}$ and are not 'export', 'history', 'nothing' or 'proposals'"
     )
 
 
@@ -556,3 +556,23 @@ def test_an_unparseable_database_url_is_a_config_error(tmp_path: Path) -> None:
     message = str(caught.value)
     assert message.startswith(f"{path}: invalid config:")
     assert "database.url: Value error, expected a SQLAlchemy database URL" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "review"),
+    [("", "off"), ("memory: {review: off}", "off"), ("memory: {review: on}", "on"),
+     ("memory: {review: 'on'}", "on"), ("memory: {review: per_user}", "per_user")],
+)
+def test_memory_review_reads_bare_yaml_words(write_config: WriteConfig, text: str, review: str) -> None:
+    # YAML 1.1 reads a bare on/off as a boolean; the field takes them as the words.
+    assert load_config(write_config(text), environ={}).config.memory.review == review
+
+
+def test_memory_review_refuses_other_values(write_config: WriteConfig) -> None:
+    path = write_config("memory: {review: sometimes}")
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, environ={})
+    assert str(raised.value) == (
+        f"{path}: invalid config:\n"
+        "  memory.review: Input should be 'off', 'on' or 'per_user' (got 'sometimes')"
+    )

@@ -47,7 +47,7 @@ def nothing_changed(client: TestClient, upstream: ScriptedUpstream) -> None:
     listing = client.get("/memory").json()
     assert (listing["memories"], listing["total_tokens"]) == ([], 0)
     assert client.get("/conversations").json() == {"conversations": [], "next": None}
-    assert client.get("/preferences").json() == {"memories": True}
+    assert client.get("/preferences").json() == {"memories": True, "review": False}
     assert upstream.requests == []
 
 

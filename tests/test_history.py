@@ -22,6 +22,7 @@ from kvmem.tables import (
     Base,
     Conversation,
     MemoryChange,
+    MemoryProposal,
     Message,
     UserSession,
     utcnow,
@@ -568,7 +569,7 @@ def ten_thousand(last: dict[str, Any] | None = None) -> dict[str, Any]:
             error(
                 "invalid_key",
                 "memories[10000] (key 'Bad'): invalid key 'Bad': a key is 1-128 characters of "
-                "a-z, 0-9 and _, starts with a letter, and is not 'export', 'history' or 'nothing'",
+                "a-z, 0-9 and _, starts with a letter, and is not 'export', 'history', 'nothing' or 'proposals'",
                 key="Bad",
             ),
         ),
@@ -770,7 +771,7 @@ def test_keep_days_zero_records_no_history(make_client: MakeClient, database: Da
 
 def seed_everything(client: TestClient, database: Database, user_id: str, headers: dict[str, str]) -> None:
     """A row of the user's in every table kvmem has: entries, history, a conversation and its
-    messages, a session, an agent run (the API key is the caller's)."""
+    messages, a session, an agent run, a proposal (the API key is the caller's)."""
     assert client.put("/memory/likes", json={"value": f"{user_id} likes tea"}, headers=headers).status_code == 201
     client.put("/memory/likes", json={"value": f"{user_id} likes coffee"}, headers=headers)
     client.put("/memory/job", json={"value": f"{user_id} bakes"}, headers=headers)
@@ -789,6 +790,9 @@ def seed_everything(client: TestClient, database: Database, user_id: str, header
             user_id=user_id, conversation_id=f"conv-{user_id}", started_at=now,
             duration_seconds=0.5, model_calls=1, input_tokens=10, output_tokens=2,
             cost_usd=None, state="done", writes=1))
+        session.execute(insert(MemoryProposal).values(
+            user_id=user_id, key="city", op="set", value=f"{user_id}'s city",
+            conversation_id=f"conv-{user_id}", created_at=now))
 
 
 def rows_of(database: Database, user_id: str) -> dict[str, int]:

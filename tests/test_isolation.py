@@ -46,7 +46,8 @@ ALICE_DIARY = "alice-diary-QX7V-zebra"
 ALICE_HEALTH = "alice-health-JK2P-otter"
 ALICE_SAYS = "alice-says-WM4R-heron"
 ALICE_HEARS = "alice-hears-TB9L-lynx"
-ALICE_MARKERS = (ALICE_DIARY, ALICE_HEALTH, ALICE_SAYS, ALICE_HEARS)
+ALICE_PROPOSES = "alice-proposes-VC8N-ibis"
+ALICE_MARKERS = (ALICE_DIARY, ALICE_HEALTH, ALICE_SAYS, ALICE_HEARS, ALICE_PROPOSES)
 BOB_FACT = "bob-fact-HN3D-gecko"
 
 
@@ -105,13 +106,14 @@ class World:
     alice: dict[str, str]
     bob_key: str
     conversation: str
+    proposal: int = 0  # alice's pending proposal
     alice_view: dict[str, Any] = field(default_factory=dict)
 
     def view_of_alice(self) -> dict[str, Any]:
         """Everything alice can read, byte for byte."""
         paths = ["/memory", "/memory/diary", "/memory/health", "/preferences", "/conversations",
                  f"/conversations/{self.conversation}", "/memory/history",
-                 "/memory/diary/history"]
+                 "/memory/diary/history", "/memory/proposals"]
         return {path: raw(self.client.get(path, headers=self.alice)) for path in paths}
 
 
@@ -132,9 +134,11 @@ def world(make_client: Callable[..., TestClient], chat_sections: Any, upstream: 
     assert chat.status_code == 200, chat.text
     wait_agents_idle(client)
     assert client.patch("/preferences", json={"memories": False}, headers=alice).json() == {
-        "memories": False
+        "memories": False, "review": False
     }
     found = World(client, upstream, keys, alice, bob_key, chat.json()["conversation_id"])
+    found.proposal = client.app_state["services"].proposals.propose(
+        "alice", "diary", ALICE_PROPOSES, conversation_id=found.conversation).id
     found.alice_view = found.view_of_alice()
     assert found.alice_view["/memory"][0] == 200
     return found
@@ -180,7 +184,7 @@ def test_memory_routes_never_reach_the_other_user(world: World, how: str) -> Non
         assert hers.status_code == 404
         if method != "HEAD":
             assert hers.json() == not_found_key("diary")
-    assert client.get("/preferences", headers=bob).json() == {"memories": True}
+    assert client.get("/preferences", headers=bob).json() == {"memories": True, "review": False}
 
     # Writes land in bob's memory: the same key is new for him (201, not 200), and the whole
     # token limit is his, whatever alice stores.
@@ -196,11 +200,23 @@ def test_memory_routes_never_reach_the_other_user(world: World, how: str) -> Non
     assert client.put("/memory/health", json={"value": "bob's"}, headers=bob).status_code == 201
     assert client.delete("/memory", headers=bob).json() == {"deleted": 1}
     assert client.patch("/preferences", json={"memories": True}, headers=bob).json() == {
-        "memories": True
+        "memories": True, "review": False
     }
     assert client.patch("/preferences", json={"memories": False}, headers=bob).json() == {
-        "memories": False
+        "memories": False, "review": False
     }
+
+    # Proposals: none of hers is listed, kept, dismissed or counted; her id answers as an id
+    # nobody has.
+    assert client.get("/memory/proposals", headers=bob).json() == {"proposals": []}
+    unused = world.proposal + 1
+    for action in ("accept", "reject"):
+        hers = client.post(f"/memory/proposals/{world.proposal}/{action}", headers=bob)
+        nobodys = client.post(f"/memory/proposals/{unused}/{action}", headers=bob)
+        assert (hers.status_code, hers.json()) == (
+            404, {"error": {"code": "not_found", "message": f"no pending proposal {world.proposal}"}})
+        assert without_echo(hers, str(world.proposal), str(unused)) == raw(nobodys)
+    assert client.delete("/memory/proposals", headers=bob).json() == {"rejected": 0}
 
     # alice sees exactly what she saw before, timestamps included.
     assert world.view_of_alice() == world.alice_view
@@ -293,6 +309,10 @@ ROUTES = [
     ("POST", "/memory/import", {"memories": [{"key": "diary", "value": "overwritten"}]}),
     ("POST", "/memory/import?mode=replace", {"memories": []}),
     ("DELETE", "/me", None),
+    ("GET", "/memory/proposals", None),
+    ("DELETE", "/memory/proposals", None),
+    ("POST", "/memory/proposals/1/accept", None),
+    ("POST", "/memory/proposals/1/reject", None),
     ("POST", "/chat", {"message": "hi"}),
     ("GET", "/conversations", None),
     ("GET", "/conversations/{conversation}", None),
@@ -573,13 +593,20 @@ def test_cli_memory_commands_with_user_touch_only_that_user(
         ["memory", "get", "diary", "--user", "bob"],
         ["memory", "get", "dummy", "--user", "bob"],
         ["memory", "export", "--user", "bob"],
+        ["memory", "proposals", "--user", "bob"],
+        ["memory", "accept", str(world.proposal), "--user", "bob"],
+        ["memory", "reject", str(world.proposal), "--user", "bob"],
     )
     assert [(r.code, r.stderr) for r in reads] == [
         (0, ""),
         (1, "kvmem: not_found: no memory with key 'diary'\n"),
         (1, "kvmem: not_found: no memory with key 'dummy'\n"),
         (0, ""),
+        (0, ""),
+        (1, f"kvmem: not_found: no pending proposal {world.proposal}\n"),
+        (1, f"kvmem: not_found: no pending proposal {world.proposal}\n"),
     ]
+    assert reads[4].json() == {"proposals": []}
     assert reads[0].json() == listing([], 0)
     assert reads[3].json() == {
         "format": "kvmem.memory.v1",
@@ -616,7 +643,7 @@ FUZZ_EXAMPLES = int(os.environ.get(FUZZ_ENV) or 200)
 ERROR_CODES = {
     400: {"bad_request"},
     401: {"unauthorized"},
-    403: {"forbidden", "memory_disabled", "personalize_disabled"},
+    403: {"forbidden", "memory_disabled", "personalize_disabled", "review_not_per_user"},
     404: {"not_found", "model_not_found"},
     405: {"method_not_allowed"},
     409: {"memory_full"},
@@ -655,6 +682,7 @@ def cast_of(client: TestClient, upstream: Any, database: Database) -> Cast:
         chat = client.post("/chat", json={"message": own[1]}, headers=headers)
         assert chat.status_code == 200, chat.text
         conversations[user] = chat.json()["conversation_id"]
+        client.app_state["services"].proposals.propose(user, "shared", own[0])
     alice, bob = secrets["alice"], secrets["bob"]
     credentials: list[tuple[str | None, dict[str, str]]] = [
         ("alice", bearer(alice)),
@@ -718,7 +746,8 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
                                   "models", "healthz", "ollama_chat", "ollama_generate",
                                   "ollama_tags", "ollama_show", "history", "key_history",
                                   "revert", "revert", "export", "import", "import", "me",
-                                  "context", "agent", "mcp", "mcp"]))
+                                  "context", "agent", "mcp", "mcp", "proposals", "proposal",
+                                  "proposal"]))
     path = {
         "context": "/memory/context",
         "agent": "/memory/agent",
@@ -736,6 +765,7 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
         "ollama_show": "/api/show",
         "export": "/memory/export",
         "me": "/me",
+        "proposals": "/memory/proposals",
     }.get(route)
     if route == "key":
         path = "/memory/" + draw(path_segments(KNOWN_KEYS))
@@ -753,15 +783,20 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
         path = "/memory/import" + mode
     elif route == "conversation":
         path = "/conversations/" + draw(path_segments(conversation_ids))
+    elif route == "proposal":  # the cast's proposals are ids 1-3
+        action = draw(st.sampled_from(["accept", "reject"]))
+        path = f"/memory/proposals/{draw(path_segments(['1', '2', '3', '4', '0']))}/{action}"
     usual = {"key": "PUT", "preferences": "PATCH", "chat": "POST", "completions": "POST",
              "ollama_chat": "POST", "ollama_generate": "POST", "ollama_show": "POST",
              "revert": "POST", "import": "POST", "me": "DELETE",
-             "context": "POST", "agent": "POST", "mcp": "POST"}.get(route, "GET")
+             "context": "POST", "agent": "POST", "mcp": "POST",
+             "proposal": "POST"}.get(route, "GET")
     method = draw(st.sampled_from([usual, usual, usual, "GET", "PUT", "DELETE", "PATCH", "POST",
                                    "HEAD", "OPTIONS"]))
     shaped = {
         "key": st.fixed_dictionaries({"value": any_text()}, optional={"source": json_values()}),
-        "preferences": st.fixed_dictionaries({"memories": st.booleans() | json_values()}),
+        "preferences": st.fixed_dictionaries({"memories": st.booleans() | json_values()},
+                                             optional={"review": st.booleans() | json_values()}),
         "revert": st.fixed_dictionaries({"to": st.integers(-2, 2**64) | json_values()}),
         "import": st.fixed_dictionaries(
             {"memories": st.lists(st.fixed_dictionaries(
@@ -897,7 +932,8 @@ def test_fuzzed_requests_find_no_500_and_no_cross_user_read(
                                          chat={"headers": USER_HEADER}))
     cast = cast_of(client, upstream, database)
     victim_before = {path: raw(client.get(path, headers=service(VICTIM)))
-                     for path in ("/memory", "/conversations", f"/conversations/{cast.conversations[VICTIM]}")}
+                     for path in ("/memory", "/conversations", f"/conversations/{cast.conversations[VICTIM]}",
+                                  "/memory/proposals")}
     problems: dict[str, list[str]] = {}  # kind of problem: examples
     erased: set[str | None] = set()  # users a DELETE /me erased
 

@@ -22,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.prompts import BLOCK_PREAMBLE
+from kvmem.proposals import ProposalStore
 from kvmem.store import MemoryStore
 from tests.support.matchers import ISO_TIME, entry
 from tests.support.processes import ServeProcess
@@ -29,7 +30,8 @@ from tests.support.processes import ServeProcess
 VALID_KEYS = ["city", "diary", "drink"]
 MEMORY = {"validKeys": VALID_KEYS, "tokenLimit": 20, "charLimit": 40}
 SERVICE_KEY = "svc-mcp-3f9a1c"
-TOOL_NAMES = ["memory_list", "memory_get", "memory_set", "memory_delete", "memory_history"]
+TOOL_NAMES = ["memory_list", "memory_get", "memory_set", "memory_delete", "memory_history",
+              "memory_proposals", "memory_proposal_accept", "memory_proposal_reject"]
 KEY_SCHEMA = {
     "type": "string",
     "description": "The memory key: lowercase letters, digits and _, starting with a letter. "
@@ -77,7 +79,8 @@ async def check_the_tools(session: ClientSession, *, user_store: MemoryStore, us
     }
     assert memory_set.description.startswith("Remember something about the user: store `value`")
     assert [(t.annotations.read_only_hint, t.annotations.destructive_hint) for t in tools] == [
-        (True, None), (True, None), (False, True), (False, True), (True, None)]
+        (True, None), (True, None), (False, True), (False, True), (True, None), (True, None),
+        (False, True), (False, True)]
     assert tools[0].input_schema == {"type": "object", "properties": {},
                                      "additionalProperties": False}
     assert all(tool.description for tool in tools)
@@ -183,6 +186,56 @@ def test_kvmem_mcp_over_stdio(config_file: Path, make_store: Callable[..., Memor
 
     run(work)
     assert [store.snapshot(user).entries for user in ("local", "bob")] == [(), ()]
+
+
+def test_the_proposal_tools_over_stdio(config_file: Path, make_store: Callable[..., MemoryStore]):
+    store = make_store(**MEMORY)
+    proposals = ProposalStore(store)
+    store.set("alice", "city", "a b c d e f g h i j k l m n o p q")  # 17 of 20 tokens
+    proposals.propose("alice", "drink", "Tea", conversation_id="conv-1")  # id 1
+    proposals.propose("alice", "diary", "one two three four five", conversation_id="conv-2")
+    proposals.propose("bob", "drink", "Coffee")  # id 3: bob's
+
+    async def work() -> None:
+        async with stdio_session(config_file, "--user", "alice") as session:
+            tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+            assert tools["memory_proposal_accept"].input_schema == {
+                "type": "object",
+                "properties": {"id": {"type": "integer", "minimum": 1,
+                                      "description": "The proposal's id, from memory_proposals."}},
+                "required": ["id"],
+                "additionalProperties": False,
+            }
+            listed = await session.call_tool("memory_proposals", {})
+            pending = [
+                {"id": 2, "key": "diary", "op": "set", "value": "one two three four five",
+                 "conversation_id": "conv-2", "created_at": ISO_TIME},
+                {"id": 1, "key": "drink", "op": "set", "value": "Tea",
+                 "conversation_id": "conv-1", "created_at": ISO_TIME},
+            ]
+            assert (listed.is_error, listed.structured_content) == (False, {"proposals": pending})
+            kept = await session.call_tool("memory_proposal_accept", {"id": 1})
+            assert (kept.is_error, text(kept), kept.structured_content) == (False, "Proposal 1 kept", {
+                "memory": entry("drink", "Tea", 1, "agent"), "total_tokens": 18, "token_limit": 20})
+            full = await session.call_tool("memory_proposal_accept", {"id": 2})
+            assert (full.is_error, text(full)) == (True, (
+                "Error: storing 5 tokens would take memory to 23 tokens, over the limit of 20; "
+                "the proposal stays pending."))
+            for tool, arguments in [("memory_proposal_accept", {"id": 3}),
+                                    ("memory_proposal_reject", {"id": 1})]:
+                missing = await session.call_tool(tool, arguments)
+                assert (missing.is_error, text(missing)) == (
+                    True, f"No pending proposal with id {arguments['id']}.")
+            dismissed = await session.call_tool("memory_proposal_reject", {"id": 2})
+            assert (dismissed.is_error, text(dismissed)) == (False, "Proposal 2 dismissed")
+            bad = await session.call_tool("memory_proposal_reject", {"id": "2"})
+            assert (bad.is_error, text(bad)) == (True, "Error: invalid arguments for "
+                                                 "memory_proposal_reject: id: Input should be a valid integer.")
+
+    run(work)
+    assert proposals.pending("alice") == ()
+    assert [p.key for p in proposals.pending("bob")] == ["drink"]
+    assert store.get("alice", "drink").source == "agent"
 
 
 def test_kvmem_mcp_acts_for_local_by_default(config_file: Path, make_store: Callable[..., MemoryStore]):

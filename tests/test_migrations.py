@@ -26,6 +26,7 @@ from kvmem.migrate import (
     alembic_config,
     current_revision,
     ensure_current,
+    downgrade,
     head_revision,
     upgrade,
 )
@@ -75,6 +76,7 @@ def test_upgrade_to_head_creates_the_memory_tables(engine: Engine) -> None:
         ("memories_enabled", "BOOLEAN", False, "1"),
         ("created_at", "DATETIME", False, None),
         ("memory_version", "INTEGER", False, "'0'"),
+        ("review", "BOOLEAN", False, "'0'"),
     ]
     assert inspector.get_pk_constraint("users") == {"constrained_columns": ["id"], "name": "pk_users"}
 
@@ -245,3 +247,41 @@ def test_upgrading_a_0003_database_with_data_keeps_it_and_records_history(
         "deleted": {"memories": 1, "changes": 1, "conversations": 1, "messages": 1,
                     "keys": 1, "sessions": 0, "agent_runs": 0}
     }
+
+
+def test_upgrade_creates_the_proposals_table(engine: Engine) -> None:
+    upgrade(engine)
+    inspector = inspect(engine)
+    assert columns(engine, "memory_proposals") == [
+        ("id", "INTEGER", False, None),
+        ("user_id", "VARCHAR(128)", False, None),
+        ("key", "VARCHAR(128)", False, None),
+        ("op", "VARCHAR(8)", False, None),
+        ("value", "TEXT", True, None),
+        ("conversation_id", "VARCHAR(200)", True, None),
+        ("created_at", "DATETIME", False, None),
+    ]
+    assert inspector.get_indexes("memory_proposals") == [{
+        "name": "ix_memory_proposals_user_id", "column_names": ["user_id", "id"], "unique": 0,
+        "dialect_options": {},
+    }]
+    assert [(fk["name"], fk["options"]) for fk in inspector.get_foreign_keys("memory_proposals")] == [
+        ("fk_memory_proposals_user_id_users", {"ondelete": "CASCADE"})]
+    with engine.connect() as connection:  # ids are never reused
+        assert "AUTOINCREMENT" in connection.exec_driver_sql(
+            "SELECT sql FROM sqlite_master WHERE name = 'memory_proposals'").scalar()
+
+
+def test_the_proposals_migration_downgrades_keeping_every_row(engine: Engine) -> None:
+    upgrade(engine)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("INSERT INTO users (id, created_at) VALUES ('alice', '2026-01-01')")
+        connection.exec_driver_sql(
+            "INSERT INTO memory_entries (user_id, key, value, token_count, source, created_at, "
+            "updated_at) VALUES ('alice', 'k', 'v', 1, 'manual', '2026-01-01', '2026-01-01')")
+    downgrade(engine, "0007")
+    assert "memory_proposals" not in inspect(engine).get_table_names()
+    assert [c[0] for c in columns(engine, "users")] == [
+        "id", "memories_enabled", "created_at", "memory_version"]
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT COUNT(*) FROM memory_entries").scalar() == 1

@@ -10,6 +10,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kvmem.config import Config
+from kvmem.db import Database
+from kvmem.proposals import ProposalStore
+from kvmem.rules import MemoryRules
+from kvmem.store import MemoryStore
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL
 from tests.support.upstream import Reply
 
@@ -95,11 +101,42 @@ def sse(text: str) -> list[tuple[str, dict]]:
     return events
 
 
-def test_replicas_share_limits_keys_and_conversations(replicas, upstream, tokens):
-    """One pair of replicas (starting them is the slow part) for both checks."""
+def test_replicas_share_limits_keys_and_conversations(replicas, upstream, tokens, database_url):
+    """One pair of replicas (starting them is the slow part) for every check."""
     upstream.default(AGENT_MODEL, Reply(content="nothing to do"))
     check_a_conversation_continues_on_the_other_replica(replicas, upstream)
+    check_a_proposal_accepted_on_both_replicas_lands_once(replicas, database_url, tokens)
     check_limit_and_keys_hold_across_replicas(replicas, upstream, tokens)
+
+
+def check_a_proposal_accepted_on_both_replicas_lands_once(replicas, database_url, tokens):
+    """Both replicas accept one proposal at the same moment: one applies it, the other
+    finds it gone (404), round after round."""
+    carol = {**SERVICE, "X-User-Id": "carol"}
+    database = Database.from_config(
+        Config.model_validate({"database": {"url": database_url}}).database)
+    try:
+        proposals = ProposalStore(MemoryStore(database, MemoryRules(), tokens))
+        ids = [proposals.propose("carol", f"k{n}", f"value {n}", conversation_id="c").id
+               for n in range(20)]
+    finally:
+        database.dispose()
+
+    def accept(url: str, proposal_id: int, barrier: threading.Barrier) -> int:
+        barrier.wait()
+        return httpx.post(
+            f"{url}/memory/proposals/{proposal_id}/accept", headers=carol, timeout=30
+        ).status_code
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for proposal_id in ids:
+            barrier = threading.Barrier(2)
+            statuses = list(pool.map(accept, replicas, [proposal_id] * 2, [barrier] * 2))
+            assert sorted(statuses) == [200, 404], proposal_id
+    changes = httpx.get(f"{replicas[0]}/memory/history?limit=100", headers=carol).json()["changes"]
+    assert sorted((c["key"], c["source"], c["conversation_id"]) for c in changes) == sorted(
+        (f"k{n}", "agent", "c") for n in range(20))
+    assert httpx.get(f"{replicas[1]}/memory/proposals", headers=carol).json() == {"proposals": []}
 
 
 def check_limit_and_keys_hold_across_replicas(replicas, upstream, tokens):

@@ -41,7 +41,7 @@ def invalid_key(key: str) -> dict[str, Any]:
             "code": "invalid_key",
             "message": (
                 f"invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
-                "starts with a letter, and is not 'export', 'history' or 'nothing'"
+                "starts with a letter, and is not 'export', 'history', 'nothing' or 'proposals'"
             ),
         }
     }
@@ -173,13 +173,13 @@ def test_overview_enabled_reflects_disabled_and_opt_out() -> None:
 def test_preferences(make_client: MakeClient) -> None:
     client = make_client()
     initial = client.get("/preferences")
-    assert (initial.status_code, initial.json()) == (200, {"memories": True})
+    assert (initial.status_code, initial.json()) == (200, {"memories": True, "review": False})
     off = client.patch("/preferences", json={"memories": False})
-    assert (off.status_code, off.json()) == (200, {"memories": False})
-    assert client.get("/preferences").json() == {"memories": False}
+    assert (off.status_code, off.json()) == (200, {"memories": False, "review": False})
+    assert client.get("/preferences").json() == {"memories": False, "review": False}
     assert client.get("/memory").json() == {**EMPTY_LISTING, "enabled": False}
     on = client.patch("/preferences", json={"memories": True})
-    assert (on.status_code, on.json()) == (200, {"memories": True})
+    assert (on.status_code, on.json()) == (200, {"memories": True, "review": False})
     assert client.get("/memory").json()["enabled"] is True
 
 
@@ -193,7 +193,7 @@ def test_opted_out_user_can_still_edit(make_client: MakeClient) -> None:
     assert client.delete("/memory/k").status_code == 204
     client.put("/memory/k", json={"value": "v"})
     assert client.delete("/memory").json() == {"deleted": 1}
-    assert client.get("/preferences").json() == {"memories": False}
+    assert client.get("/preferences").json() == {"memories": False, "review": False}
 
 
 def test_personalize_false_forbids_changing_the_switch(make_client: MakeClient) -> None:
@@ -208,7 +208,7 @@ def test_personalize_false_forbids_changing_the_switch(make_client: MakeClient) 
             }
         },
     )
-    assert client.get("/preferences").json() == {"memories": True}
+    assert client.get("/preferences").json() == {"memories": True, "review": False}
     assert client.get("/memory").json()["enabled"] is True
 
 
@@ -413,14 +413,14 @@ def test_bad_put_bodies_are_400(make_client: MakeClient, content: bytes, message
         ({"memories": "false"}, "invalid request body: memories: Input should be a valid boolean"),
         ({"memories": 0}, "invalid request body: memories: Input should be a valid boolean"),
         ({"memories": True, "x": 1}, "invalid request body: x: Extra inputs are not permitted"),
-        ({}, "invalid request body: memories: Field required"),
+        ({}, "invalid request body: give memories, review or both"),
     ],
 )
 def test_bad_preferences_bodies_are_400(make_client: MakeClient, body: Any, message: str) -> None:
     client = make_client()
     response = client.patch("/preferences", json=body)
     assert (response.status_code, response.json()) == (400, bad_request(message))
-    assert client.get("/preferences").json() == {"memories": True}
+    assert client.get("/preferences").json() == {"memories": True, "review": False}
 
 
 # -- 413: body size ------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def test_a_user_key_mints_a_session_that_acts_for_its_user(
     assert answer(client.get("/memory/fact", headers=bearer(alice_key))) == (
         200, entry("fact", "likes tea", 2))  # written as alice
     assert answer(client.patch("/preferences", json={"memories": False}, headers=session)) == (
-        200, {"memories": False})
+        200, {"memories": False, "review": False})
     assert answer(client.get("/conversations", headers=session)) == (200, {"conversations": [], "next": None})
     assert answer(client.delete("/memory", headers=session)) == (200, {"deleted": 1})
 

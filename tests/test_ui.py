@@ -24,7 +24,12 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from starlette.testclient import TestClient
 
 from kvmem.config_loader import parse_config
+from kvmem.db import Database
 from kvmem.errors import ConfigError
+from kvmem.proposals import ProposalStore
+from kvmem.rules import MemoryRules
+from kvmem.store import MemoryStore
+from kvmem.tokens import TokenCounter
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, set_memory, wait_until
 from tests.support.browser import PageLog, launch
 from tests.support.processes import ServeProcess, run
@@ -74,10 +79,12 @@ def chat_sections(model: ScriptedUpstream, folder: Path, **memory: Any) -> dict[
 
 @pytest.fixture(scope="module")
 def keys_server(tmp_path_factory: pytest.TempPathFactory, model: ScriptedUpstream) -> Iterator[ServeProcess]:
-    """`auth.mode: keys`, validKeys and a tokenLimit; user `veteran` has a key stored before
-    validKeys was set (a key the page must let the server refuse)."""
+    """`auth.mode: keys`, validKeys, a tokenLimit and `memory.review: per_user`; user
+    `veteran` has a key stored before validKeys was set (a key the page must let the server
+    refuse)."""
     folder = tmp_path_factory.mktemp("keys")
-    sections = chat_sections(model, folder, validKeys=VALID_KEYS, tokenLimit=TOKEN_LIMIT)
+    sections = chat_sections(model, folder, validKeys=VALID_KEYS, tokenLimit=TOKEN_LIMIT,
+                             review="per_user")
     sections["auth"] = {"mode": "keys", "service_keys": [SERVICE_KEY]}
     before = {"database": sections["database"]}
     (folder / "before.yaml").write_text(json.dumps(before), encoding="utf-8")
@@ -153,7 +160,7 @@ def open_as(open_page: Callable[..., tuple[Page, PageLog]], user: User, **option
 
 
 def memories(page: Page) -> Any:
-    return page.get_by_role("list", name="Memories")
+    return page.get_by_role("list", name="Memories", exact=True)
 
 
 def item(page: Page, key: str) -> Any:
@@ -182,6 +189,28 @@ def keys_of(page: Page) -> list[str]:
     return memories(page).get_by_role("heading").all_inner_texts()
 
 
+def suggestions(page: Page) -> Any:
+    return page.get_by_role("list", name="Suggested memories")
+
+
+def suggestion(page: Page, key: str) -> Any:
+    """The suggested memory of `key` (its heading is the key)."""
+    return suggestions(page).get_by_role("listitem").filter(
+        has=page.get_by_role("heading", name=key, exact=True))
+
+
+def propose(server: ServeProcess, user: str, key: str, value: str | None) -> None:
+    """A proposal of the memory agent's for `user`, made in the server's database (as a run
+    under `memory.review: on` makes it; the agent's side is tests/test_proposals.py's)."""
+    config = parse_config(json.loads(server.config.read_text()), server.config, {}).config
+    database = Database.from_config(config.database)
+    try:
+        store = MemoryStore(database, MemoryRules.from_config(config.memory), TokenCounter())
+        ProposalStore(store).propose(user, key, value, conversation_id="conv-ui")
+    finally:
+        database.dispose()
+
+
 # --- loading ---------------------------------------------------------------------------
 
 
@@ -192,7 +221,7 @@ def test_the_page_loads_from_kvmem_alone(local_server: ServeProcess, open_page: 
     expect(item(page, "user_preferences")).to_contain_text("Short answers.")
 
     paths = {url.removeprefix(local_server.url) for url in log.requests}
-    assert paths == PAGE_FILES | {"/memory", "/preferences"}
+    assert paths == PAGE_FILES | {"/memory", "/preferences", "/memory/proposals"}
     assert all(url.startswith(local_server.url + "/") for url in log.requests)
     assert log.console_errors == log.page_errors == []
 
@@ -492,6 +521,82 @@ def test_history_lists_each_change_and_restore_sets_it_back(
 # --- the switch, export and import, clear all ------------------------------------------
 
 
+def test_suggested_memories_are_kept_or_dismissed(keys_server: ServeProcess, open_page: Any) -> None:
+    user = User(keys_server)
+    user.put("user_preferences", "Long answers.")
+    propose(keys_server, user.name, "learned_facts", "Has a cat called Miso.")
+    propose(keys_server, user.name, "personal_info", "Lives in Lyon.")
+    propose(keys_server, user.name, "user_preferences", None)
+    page, _ = open_as(open_page, user)
+    expect(page.get_by_role("heading", name="Suggested memories")).to_have_text("Suggested memories (3)")
+    expect(suggestions(page).get_by_role("heading")).to_have_text(
+        ["user_preferences", "personal_info", "learned_facts"])
+    expect(suggestion(page, "user_preferences")).to_contain_text("forget")
+    expect(suggestion(page, "user_preferences")).to_contain_text("Long answers.")
+    expect(suggestion(page, "learned_facts")).to_contain_text("remember")
+    expect(suggestion(page, "learned_facts")).to_contain_text("Has a cat called Miso.")
+    assert keys_of(page) == ["user_preferences"]  # nothing suggested is remembered yet
+
+    suggestion(page, "learned_facts").get_by_role("button", name="Keep").click()
+    expect(item(page, "learned_facts")).to_contain_text("Has a cat called Miso.")
+    expect(item(page, "learned_facts")).to_contain_text("agent")
+    expect(suggestion(page, "learned_facts")).to_have_count(0)
+    expect(page.get_by_role("status").filter(has_text="Kept “learned_facts”.")).to_be_visible()
+
+    suggestion(page, "personal_info").get_by_role("button", name="Dismiss").click()
+    expect(suggestion(page, "personal_info")).to_have_count(0)
+    suggestion(page, "user_preferences").get_by_role("button", name="Keep").click()
+    expect(item(page, "user_preferences")).to_have_count(0)
+    expect(suggestions(page)).to_be_hidden()
+    assert keys_of(page) == ["learned_facts"]
+    assert user.call("GET", "/memory/proposals").json() == {"proposals": []}
+    changes = user.call("GET", "/memory/history").json()["changes"]
+    assert [(c["key"], c["op"], c["source"], c["conversation_id"]) for c in changes[:2]] == [
+        ("user_preferences", "delete", "agent", "conv-ui"), ("learned_facts", "set", "agent", "conv-ui")]
+    page.reload()
+    expect(memories(page)).to_have_attribute("aria-busy", "false")
+    expect(suggestions(page)).to_be_hidden()
+
+
+def test_a_suggestion_over_the_token_limit_stays_and_says_why(
+    keys_server: ServeProcess, open_page: Any
+) -> None:
+    user = User(keys_server)
+    user.put("user_preferences", " ".join(["hello"] * 35))
+    propose(keys_server, user.name, "learned_facts", "one two three four five six seven")
+    page, _ = open_as(open_page, user, expected_statuses=(409,))
+    suggestion(page, "learned_facts").get_by_role("button", name="Keep").click()
+    alert = page.get_by_role("alert").filter(has_text="learned_facts")
+    expect(alert).to_have_text("“learned_facts”: storing 7 tokens would take memory to 42 tokens, "
+                               "over the limit of 40")
+    expect(suggestion(page, "learned_facts")).to_be_visible()
+    assert keys_of(page) == ["user_preferences"]
+    assert [p["key"] for p in user.call("GET", "/memory/proposals").json()["proposals"]] == [
+        "learned_facts"]
+
+
+def test_each_person_may_ask_to_review_before_remembering(
+    keys_server: ServeProcess, local_server: ServeProcess, open_page: Any
+) -> None:
+    user = User(keys_server)
+    page, _ = open_as(open_page, user)
+    review = page.get_by_role("checkbox", name="Ask me before remembering")
+    expect(review).not_to_be_checked()
+    review.click()
+    expect(page.get_by_role("status").filter(has_text="asks before remembering")).to_be_visible()
+    assert user.call("GET", "/preferences").json() == {"memories": True, "review": True}
+    page.reload()
+    expect(review).to_be_checked()
+    review.press("Space")
+    expect(review).not_to_be_checked()
+    expect(page.get_by_role("status").filter(has_text="without asking")).to_be_visible()
+    assert user.call("GET", "/preferences").json() == {"memories": True, "review": False}
+    # Where the operator chose (memory.review: off here), the page offers no such switch.
+    local, _ = open_page(f"{local_server.url}/ui")
+    expect(memories(local)).to_have_attribute("aria-busy", "false")
+    expect(local.get_by_role("checkbox", name="Ask me before remembering")).to_have_count(0)
+
+
 def test_the_switch_turns_memory_off_for_chats(keys_server: ServeProcess, open_page: Any) -> None:
     user = User(keys_server)
     page, _ = open_as(open_page, user)
@@ -500,13 +605,13 @@ def test_the_switch_turns_memory_off_for_chats(keys_server: ServeProcess, open_p
     switch.click()
     expect(switch).not_to_be_checked()
     expect(page.get_by_role("status").filter(has_text="Memory is off")).to_be_visible()
-    assert user.call("GET", "/preferences").json() == {"memories": False}
+    assert user.call("GET", "/preferences").json() == {"memories": False, "review": False}
     assert user.call("GET", "/memory").json()["enabled"] is False
     page.reload()
     expect(switch).not_to_be_checked()
     switch.press("Space")
     expect(switch).to_be_checked()
-    assert user.call("GET", "/preferences").json() == {"memories": True}
+    assert user.call("GET", "/preferences").json() == {"memories": True, "review": False}
 
 
 def test_export_then_clear_all_then_import_brings_everything_back(

@@ -4,7 +4,9 @@ Starts a real `kvmem serve` (local mode) on a scratch database, fills it with a 
 memories (one saved by the memory agent through /chat, on the scripted upstream), dates
 them back a little so the relative dates read naturally, and writes
 `memory-page-desktop.png` (light) and `memory-page-mobile-dark.png` (360 px, dark) to
-FOLDER (default: docs/).
+FOLDER (default: docs/). Then, with `memory.review: on`, a chat whose agent proposes a new
+memory and the removal of an old one, and `memory-page-suggestions.png` of the page with
+its "Suggested memories".
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ def fill(server: ServeProcess, upstream: ScriptedUpstream) -> None:
         httpx.put(f"{server.url}/memory/{key}", json={"value": value}).raise_for_status()
     key, value = AGENT_MEMORY
     upstream.script(MAIN_MODEL, Reply(content="Noted, I'll keep that in mind."))
-    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory(key, value)]),
-                    Reply(content="done"))
+    # One reply: a write that lands needs no second call (a reply left over would be the
+    # next run's, in `suggest`).
+    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory(key, value)]))
     httpx.post(f"{server.url}/chat", json={"message": "Remember: I'm planning a cycling trip "
                "in the Alps in June, under 80 km a day."}, timeout=30).raise_for_status()
     deadline = time.monotonic() + 30
@@ -77,13 +80,49 @@ def shoot(url: str, folder: Path) -> list[Path]:
                                           device_scale_factor=2 if viewport["width"] < 500 else 1)
             page = context.new_page()
             page.goto(url)
-            page.get_by_role("list", name="Memories").get_by_role("listitem").first.wait_for()
+            page.get_by_role("list", name="Memories", exact=True).get_by_role("listitem").first.wait_for()
             path = folder / name
             page.screenshot(path=str(path), full_page=True)
             written.append(path)
             context.close()
         browser.close()
     return written
+
+
+SUGGESTIONS = [
+    set_memory("conversation_context", "Planning a cycling trip through the Alps in June; "
+               "booked the Col du Galibier stage for the 14th."),
+    {"name": "delete_memory", "arguments": {"key": "learned_facts"}},
+]
+
+
+def suggest(server: ServeProcess, upstream: ScriptedUpstream) -> None:
+    """A chat under review: the agent's writes become the page's suggestions."""
+    upstream.script(MAIN_MODEL, Reply(content="Great, the Galibier stage is a classic."))
+    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=SUGGESTIONS))
+    httpx.post(f"{server.url}/chat", json={"message": "I booked the Galibier stage for the "
+               "14th. Oh, and the cats went to my sister's for good."}, timeout=30).raise_for_status()
+    deadline = time.monotonic() + 30
+    while len(httpx.get(f"{server.url}/memory/proposals").json()["proposals"]) < len(SUGGESTIONS):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the agent's proposals did not arrive")
+        time.sleep(0.1)
+
+
+def shoot_suggestions(url: str, folder: Path) -> Path:
+    """The page with its suggested memories, on a desktop screen."""
+    path = folder / "memory-page-suggestions.png"
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        # Tall enough for every entry: those off screen are not painted (content-visibility).
+        context = browser.new_context(viewport={"width": 1100, "height": 1800}, color_scheme="light")
+        page = context.new_page()
+        page.goto(url)
+        page.get_by_role("list", name="Suggested memories").get_by_role("listitem").first.wait_for()
+        page.screenshot(path=str(path), full_page=True)
+        context.close()
+        browser.close()
+    return path
 
 
 def main(folder: Path) -> None:
@@ -109,6 +148,11 @@ def main(folder: Path) -> None:
             server.start()
             for path in shoot(f"{server.url}/ui", folder):
                 print(path)
+            server.stop()
+            reviewing = {**sections, "memory": {**sections["memory"], "review": "on"}}
+            server = ServeProcess(Path(scratch), reviewing, name="review").start()
+            suggest(server, upstream)
+            print(shoot_suggestions(f"{server.url}/ui", folder))
         finally:
             server.stop()
             upstream.stop()

@@ -1,8 +1,9 @@
 """`/memory` and `/preferences`: reading and editing a user's entries by hand.
 
-The history, revert, export/import and erasure routes live in `kvmem.routes.history`; this
-module's `routes` lists them in the order that keeps `/memory/{key}` from taking
-`/memory/history` and `/memory/export`.
+The history, revert, export/import and erasure routes live in `kvmem.routes.history`, the
+proposal routes in `kvmem.routes.proposals`; this module's `routes` lists them in the order
+that keeps `/memory/{key}` from taking `/memory/history`, `/memory/export` and
+`/memory/proposals`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kvmem.bodies import MemoryValue, Preferences, read_model
-from kvmem.errors import PersonalizeDisabled
+from kvmem.errors import BadRequest, PersonalizeDisabled, ReviewNotPerUser
 from kvmem.overview import memory_overview
-from kvmem.routes import history, route
-from kvmem.services import require_memory, services_of, user_of
+from kvmem.proposals import review_in_effect
+from kvmem.routes import history, proposals, route
+from kvmem.services import Services, require_memory, services_of, user_of
 
 
 async def list_memories(request: Request) -> Response:
@@ -74,26 +76,52 @@ async def get_preferences(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
-    enabled = await run_in_threadpool(services.store.memories_enabled, user)
-    return JSONResponse({"memories": enabled})
+    return JSONResponse(await run_in_threadpool(_preferences, services, user))
 
 
 async def patch_preferences(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
-    if not services.config.memory.personalize:
+    body = await read_model(request, Preferences, services.config.server.max_body_bytes)
+    if body.memories is None and body.review is None:
+        raise BadRequest("invalid request body: give memories, review or both")
+    # Both refusals come before any change: a body is applied whole or not at all.
+    if body.memories is not None and not services.config.memory.personalize:
         raise PersonalizeDisabled(
             "users cannot turn memory off on this server (memory.personalize is false)"
         )
-    body = await read_model(request, Preferences, services.config.server.max_body_bytes)
-    enabled = await run_in_threadpool(services.store.set_memories_enabled, user, body.memories)
-    return JSONResponse({"memories": enabled})
+    if body.review is not None and services.config.memory.review != "per_user":
+        raise ReviewNotPerUser(
+            f"users cannot choose review on this server (memory.review is "
+            f"{services.config.memory.review}, not per_user)"
+        )
+    return JSONResponse(await run_in_threadpool(_set_preferences, services, user, body))
+
+
+def _preferences(services: Services, user: str) -> dict[str, bool]:
+    """The body of `/preferences`: the opt-out switch, and whether the agent's writes wait
+    for review (the operator's `memory.review`, or under `per_user` the user's own switch)."""
+    memory = services.config.memory
+    user_review = memory.review == "per_user" and services.proposals.user_review(user)
+    return {
+        "memories": services.store.memories_enabled(user),
+        "review": review_in_effect(memory, user_review),
+    }
+
+
+def _set_preferences(services: Services, user: str, body: Preferences) -> dict[str, bool]:
+    if body.memories is not None:
+        services.store.set_memories_enabled(user, body.memories)
+    if body.review is not None:
+        services.proposals.set_user_review(user, body.review)
+    return _preferences(services, user)
 
 
 routes = [
     route("/memory", GET=list_memories, DELETE=clear_memories),
     *history.fixed_routes,
+    *proposals.routes,
     route("/memory/{key}", GET=get_memory, PUT=put_memory, DELETE=delete_memory),
     *history.key_routes,
     route("/preferences", GET=get_preferences, PATCH=patch_preferences),

@@ -1,4 +1,5 @@
-// The memory page: a thin client of kvmem's REST API (/memory, /preferences, /sessions).
+// The memory page: a thin client of kvmem's REST API (/memory, /memory/proposals,
+// /preferences, /sessions).
 // It has no rules of its own: every check is the server's, and its message is shown as is.
 // Everything that came from a person or a model is written with textContent, never as HTML.
 
@@ -11,6 +12,8 @@ const $ = (id) => document.getElementById(id);
 const server = {
   needsKey: document.body.dataset.authMode === "keys",
   personalize: document.body.dataset.personalize === "true",
+  // memory.review: only under per_user does each person choose whether the agent asks first.
+  reviewPerUser: document.body.dataset.review === "per_user",
 };
 const state = {
   token: null,
@@ -191,15 +194,16 @@ async function start() {
     return;
   }
   try {
-    const loading = Promise.all([api("GET", "/memory"), loadPreferences()]);
+    const loading = Promise.all([api("GET", "/memory"), loadPreferences(), api("GET", "/memory/proposals")]);
     format();
-    const [overview, preferences] = await loading;
+    const [overview, preferences, { proposals }] = await loading;
     $("sign-in").hidden = true;
     $("page-state").hidden = true;
     $("app").hidden = false;
     $("sign-out").hidden = !state.token;
     renderOverview(overview);
     renderPreferences(preferences);
+    renderProposals(proposals);
     performance.mark("kvmem:rendered");
   } catch (error) {
     if (error.status === 401) {
@@ -259,7 +263,9 @@ function renderUsage({ total_tokens: total, token_limit: limit, usage_percentage
   $("usage-text").textContent = `${total} of ${limit} tokens`;
 }
 
-function renderPreferences({ memories, switchable }) {
+function renderPreferences({ memories, review, switchable }) {
+  $("review-setting").hidden = !server.reviewPerUser;
+  $("review").checked = review;
   const box = $("use-memory");
   box.checked = memories;
   box.disabled = !switchable;
@@ -509,6 +515,69 @@ async function restoreChange(key, change) {
   }
 }
 
+// --- suggestions: the memory agent's proposals, kept or dismissed -----------------------
+
+async function reloadProposals() {
+  renderProposals((await api("GET", "/memory/proposals")).proposals);
+}
+
+function renderProposals(proposals) {
+  const items = proposals.map(proposalItem);
+  $("proposals").replaceChildren(...items);
+  $("suggestions-count").textContent = `(${proposals.length})`;
+  $("suggestions").hidden = proposals.length === 0;
+}
+
+function proposalItem(proposal) {
+  const keyId = `proposal-key-${proposal.id}`;
+  const forget = proposal.op === "delete";
+  const stored = state.overview && state.overview.memories.find((entry) => entry.key === proposal.key);
+  const what = forget ? "forget" : stored ? "replace" : "remember";
+  // A suggestion to forget shows what would be forgotten.
+  const shown = forget ? (stored ? stored.value : "Forget this memory.") : proposal.value;
+  return element(
+    "li",
+    { class: forget ? "entry proposal forget" : "entry proposal" },
+    element(
+      "div",
+      { class: "entry-top" },
+      element("h3", { class: "key", id: keyId, text: proposal.key }),
+      element("p", { class: "meta" }, element("span", { text: what }), timeElement(proposal.created_at)),
+    ),
+    element("p", { class: forget && stored ? "value removed" : "value", text: shown }),
+    element(
+      "div",
+      { class: "actions" },
+      element("button", { type: "button", class: "primary", "aria-describedby": keyId, text: "Keep", onclick: () => keepProposal(proposal) }),
+      element("button", { type: "button", class: "quiet", "aria-describedby": keyId, text: "Dismiss", onclick: () => dismissProposal(proposal) }),
+    ),
+  );
+}
+
+async function keepProposal(proposal) {
+  showMessage($("suggestions-error"), "");
+  try {
+    await api("POST", `/memory/proposals/${proposal.id}/accept`);
+  } catch (error) {
+    // A refused one (the token limit, a key no longer allowed) stays pending: say why.
+    showMessage($("suggestions-error"), `“${proposal.key}”: ${error.message}`);
+    return;
+  }
+  await Promise.all([reload(), reloadProposals()]).catch((error) => showMessage($("page-error"), error.message));
+  announce(proposal.op === "delete" ? `Forgot “${proposal.key}”.` : `Kept “${proposal.key}”.`);
+}
+
+async function dismissProposal(proposal) {
+  showMessage($("suggestions-error"), "");
+  try {
+    await api("POST", `/memory/proposals/${proposal.id}/reject`);
+    await reloadProposals();
+    announce(`Dismissed the suggestion for “${proposal.key}”.`);
+  } catch (error) {
+    showMessage($("suggestions-error"), error.message);
+  }
+}
+
 // --- preferences, export, import, clear ------------------------------------------------
 
 async function toggleMemory() {
@@ -519,6 +588,20 @@ async function toggleMemory() {
     const { memories } = await api("PATCH", "/preferences", { memories: wanted });
     box.checked = memories;
     announce(memories ? "Memory is on for your chats." : "Memory is off: chats neither read nor save it.");
+  } catch (error) {
+    box.checked = !wanted;
+    showMessage($("page-error"), error.message);
+  }
+}
+
+async function toggleReview() {
+  const box = $("review");
+  const wanted = box.checked;
+  showMessage($("page-error"), "");
+  try {
+    const { review } = await api("PATCH", "/preferences", { review: wanted });
+    box.checked = review;
+    announce(review ? "The assistant now asks before remembering." : "The assistant remembers without asking.");
   } catch (error) {
     box.checked = !wanted;
     showMessage($("page-error"), error.message);
@@ -566,7 +649,7 @@ async function clearAll() {
     const { deleted } = await api("DELETE", "/memory");
     clearUndo();
     endEdit();
-    await reload();
+    await Promise.all([reload(), reloadProposals()]);
     announce(`Cleared ${plural(deleted, "memory", "memories")}.`);
     $("entries-title").focus();
   } catch (error) {
@@ -588,6 +671,7 @@ function wire() {
     $("entry-key").focus();
   });
   $("use-memory").addEventListener("change", toggleMemory);
+  $("review").addEventListener("change", toggleReview);
   $("export").addEventListener("click", exportMemory);
   $("import").addEventListener("click", () => $("import-file").click());
   $("import-file").addEventListener("change", importMemory);

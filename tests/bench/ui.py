@@ -34,7 +34,7 @@ def load_to_render(browser: Any, url: str, runs: int, entries: int) -> list[floa
         context = browser.new_context()
         page = context.new_page()
         page.goto(url)
-        items = page.get_by_role("list", name="Memories").get_by_role("listitem")
+        items = page.get_by_role("list", name="Memories", exact=True).get_by_role("listitem")
         items.nth(entries - 1).wait_for()
         shown = items.count()
         if shown != entries:

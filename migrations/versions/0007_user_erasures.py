@@ -4,7 +4,7 @@ the id itself), with when.
 Work that began before a user's erasure (an agent run, its usage record) checks this row in
 its own write transaction and writes nothing, on every replica.
 
-Revision ID: 0007_i22b
+Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-01
 """
@@ -12,7 +12,7 @@ Create Date: 2026-12-01
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007_i22b"
+revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
