@@ -6,7 +6,9 @@
     ├── Unauthorized              401 unauthorized
     ├── Forbidden                 403 forbidden
     │   ├── MemoryDisabled        403 memory_disabled
-    │   └── PersonalizeDisabled   403 personalize_disabled
+    │   ├── PersonalizeDisabled   403 personalize_disabled
+    │   ├── HostNotAllowed        403 host_not_allowed (a Host not in server.allowed_hosts)
+    │   └── OriginNotAllowed      403 origin_not_allowed (a write from another site)
     ├── NotFound                  404 not_found
     │   └── ModelNotFound         404 model_not_found
     ├── MethodNotAllowed          405 method_not_allowed
@@ -114,6 +116,19 @@ class PersonalizeDisabled(Forbidden):
     """`memory.personalize` is false, so users cannot change their opt-out switch."""
 
     code = "personalize_disabled"
+
+
+class HostNotAllowed(Forbidden):
+    """The request's `Host` is not one of `server.allowed_hosts` (a DNS-rebound name, say)."""
+
+    code = "host_not_allowed"
+
+
+class OriginNotAllowed(Forbidden):
+    """A write sent by a page of another site: a foreign `Origin` or a cross-site
+    `Sec-Fetch-Site`."""
+
+    code = "origin_not_allowed"
 
 
 class NotFound(KvmemError):

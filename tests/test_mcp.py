@@ -325,7 +325,7 @@ def test_the_sdk_loads_with_the_first_mcp_request(database: Database, database_u
         "def sdk():\n"
         "    return sorted(m for m in sys.modules if m.split('.')[0] in {'mcp', 'mcp_types'})\n"
         "config = Config.model_validate({'database': {'url': %r}})\n"
-        "with TestClient(create_app(config)) as client:\n"
+        "with TestClient(create_app(config), base_url='http://127.0.0.1') as client:\n"
         "    assert client.get('/memory').status_code == 200\n"
         "    assert client.get('/mcp').status_code == 405\n"
         "    print(sdk() == [])\n"
