@@ -542,8 +542,8 @@ def keys_list(user_id: str | None) -> None:
 @click.argument("key_id")
 @click.option("--user", "user_id", default=None, help="Only if the key is this user's.")
 def keys_revoke(key_id: str, user_id: str | None) -> None:
-    """Revoke a key by its id; it stops working at once."""
+    """Revoke a key by its id; it, and every session of its user, stops working at once."""
     loaded = loaded_config()
     with operation():
         info = open_keys(loaded).revoke(key_id, user_id)
-    click.echo(f"revoked {info.id} of user {info.user_id}")
+    click.echo(f"revoked {info.id} of user {info.user_id}; the user's sessions are ended")

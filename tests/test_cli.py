@@ -389,6 +389,13 @@ def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> 
             put = client.put("/memory/k", json={"value": "v"}, headers=headers)
             assert (put.status_code, put.json()["memory"]) == (201, entry("k", "v", 1))
             assert client.get("/memory/k", headers={**headers, "X-User-Id": "alice"}).status_code == 200
+            # Sessions minted with the key (and bob's, minted with his) work until it is revoked.
+            alice_session, bob_session = (
+                {"Authorization": "Bearer " + client.post(
+                    "/sessions", headers={"Authorization": f"Bearer {key}"}).json()["token"]}
+                for key in (secret, other)
+            )
+            assert client.get("/memory/k", headers=alice_session).status_code == 200
 
             revoked, unknown = run_all(
                 [
@@ -397,12 +404,17 @@ def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> 
                 ],
                 folder,
             )
-            assert (revoked.code, revoked.stdout, revoked.stderr) == (0, f"revoked {key_id} of user alice\n", "")
+            assert (revoked.code, revoked.stdout, revoked.stderr) == (
+                0, f"revoked {key_id} of user alice; the user's sessions are ended\n", "")
             assert (unknown.code, unknown.stderr) == (1, "kvmem: not_found: no API key with id 'key_nope'\n")
             assert client.get("/memory", headers=headers).json() == {
                 "error": {"code": "unauthorized", "message": "the API key is not valid (unknown or revoked)"}
             }
             assert client.get("/memory", headers={"Authorization": f"Bearer {other}"}).status_code == 200
+            assert client.get("/memory", headers=alice_session).json() == {"error": {
+                "code": "unauthorized",
+                "message": "the session token is not valid (unknown, ended or expired)"}}
+            assert client.get("/memory", headers=bob_session).status_code == 200
         assert [k.revoked_at is not None for k in KeyStore(database).list()] == [True, False]
     finally:
         database.dispose()
