@@ -119,3 +119,6 @@ def test_an_unexpected_error_elsewhere_has_kvmem_fields(exploding: TestClient) -
             }
         },
     )
+    # Answered by Starlette's outermost layer, outside the middleware that adds these.
+    assert (response.headers["x-content-type-options"], response.headers["cache-control"]) == (
+        "nosniff", "no-store")
