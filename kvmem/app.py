@@ -31,7 +31,7 @@ from kvmem.routes import chat, health, hooks, memory, ollama, openai, ops, sessi
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
 from kvmem.sessions import SessionStore
-from kvmem.site_guard import RESPONSE_HEADERS, SiteGuardMiddleware, SitePolicy
+from kvmem.site_guard import NO_STORE, RESPONSE_HEADERS, SiteGuardMiddleware, SitePolicy
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from kvmem.turn_memory import MemoryService
@@ -195,4 +195,4 @@ async def render_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     # Answered outside the middleware that adds the security headers: add them here.
     error = KvmemError("internal error; the server log has the details")
-    return error_response(request, error, RESPONSE_HEADERS)
+    return error_response(request, error, {**RESPONSE_HEADERS, **NO_STORE})
