@@ -148,6 +148,8 @@ def serve(host: str | None, port: int | None) -> None:
     config = loaded.config
     host = host or config.server.host
     port = config.server.port if port is None else port
+    # The app's default server.allowed_hosts names the host it is bound to: --host's.
+    config = config.model_copy(update={"server": config.server.model_copy(update={"host": host})})
     if config.auth.mode == "local" and not config.server.is_loopback(host):
         fail(
             f"auth.mode is local (no credentials), so kvmem only binds a loopback address; "
