@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from kvmem.errors import KvmemError, UpstreamRateLimited, UpstreamRejected
 from kvmem.store import iso
 from kvmem.tables import utcnow
 
@@ -191,11 +192,31 @@ class CommitGuard:
 
 @dataclass(frozen=True)
 class AgentError:
-    """The last failure of a run, for /healthz: when, and what (secrets masked)."""
+    """The last failure of a run, for /healthz: when, kvmem's error code, the upstream's
+    status (None when no answer came) and the message (secrets masked)."""
 
     at: datetime
+    code: str
+    upstream_status: int | None
     message: str
 
-    def as_json(self) -> dict[str, str]:
-        """The error as /healthz shows it."""
-        return {"at": iso(self.at), "message": self.message}
+    @classmethod
+    def of(cls, at: datetime, exc: BaseException, message: str) -> AgentError:
+        """The failure `exc`, described by `message` (already scrubbed)."""
+        code = exc.code if isinstance(exc, KvmemError) else KvmemError.code
+        status = None
+        if isinstance(exc, KvmemError):
+            status = exc.details.get("upstream_status")
+            if isinstance(exc, (UpstreamRejected, UpstreamRateLimited)):
+                status = exc.status
+        return cls(at, code, status if isinstance(status, int) else None, message)
+
+    def as_json(self, *, with_message: bool) -> dict[str, Any]:
+        """The error as /healthz shows it. The message may quote an upstream's reply about
+        some user's request, so only a caller holding a service key sees it."""
+        shown: dict[str, Any] = {
+            "at": iso(self.at), "code": self.code, "upstream_status": self.upstream_status
+        }
+        if with_message:
+            shown["message"] = self.message
+        return shown

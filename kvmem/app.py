@@ -32,6 +32,7 @@ from kvmem.routes import chat, health, hooks, memory, ollama, openai, ops, sessi
 from kvmem.rules import MemoryRules
 from kvmem.services import Services
 from kvmem.sessions import SessionStore
+from kvmem.site_guard import NO_STORE, RESPONSE_HEADERS, SiteGuardMiddleware, SitePolicy
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from kvmem.turn_memory import MemoryService
@@ -140,7 +141,14 @@ def create_app(
             *ui.routes,
             Route("/mcp", McpEndpoint(MCP_STATE)),
         ],
-        middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
+        middleware=[
+            Middleware(MetricsMiddleware, metrics=metrics),
+            # Before any route runs (auth, bodies): a foreign Host or a cross-site write is
+            # refused here, and every response gets its security headers.
+            Middleware(
+                SiteGuardMiddleware, policy=SitePolicy.from_config(config), render=error_response
+            ),
+        ],
         lifespan=lifespan,
         exception_handlers={
             KvmemError: render_error,
@@ -197,4 +205,6 @@ async def render_client_gone(request: Request, exc: Exception) -> Response:
 async def render_unexpected(request: Request, exc: Exception) -> Response:
     """A bug: logged with its traceback, answered 500 without internals."""
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(request, KvmemError("internal error; the server log has the details"))
+    # Answered outside the middleware that adds the security headers: add them here.
+    error = KvmemError("internal error; the server log has the details")
+    return error_response(request, error, {**RESPONSE_HEADERS, **NO_STORE})

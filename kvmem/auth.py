@@ -19,10 +19,14 @@ USER_ID_PATTERN = re.compile(r"[A-Za-z0-9._@-]{1,128}")
 # the session itself. The model routes (/v1, /chat, /api) need a key, so that a token handed
 # to a browser page cannot be spent on model calls.
 SESSION_ROUTES = ("/memory", "/preferences", "/usage", "/conversations", "/me", "/mcp", "/sessions")
+# Inside those families, the requests that start model calls (CONTRACT section 17).
+MODEL_CALLS = frozenset({("POST", "/memory/agent")})
 
 
-def accepts_session(path: str) -> bool:
-    """Whether a request to `path` may authenticate with a session token."""
+def accepts_session(path: str, method: str = "GET") -> bool:
+    """Whether a `method` request to `path` may authenticate with a session token."""
+    if (method, path) in MODEL_CALLS:
+        return False
     return any(path == family or path.startswith(family + "/") for family in SESSION_ROUTES)
 
 
@@ -92,7 +96,7 @@ class Authenticator:
         if not session_ok:
             raise Forbidden(
                 "a session token works only on " + ", ".join(SESSION_ROUTES)
-                + "; use an API key for this route"
+                + " and starts no model call (POST /memory/agent); use an API key for this route"
             )
         if named is not None and check_user_id(named) != owner:
             raise Forbidden("a session token acts only for its own user; drop X-User-Id")
@@ -105,6 +109,17 @@ class Authenticator:
             return None
         secret = _bearer(authorization)
         return secret if is_session_token(secret) and not self._is_service_key(secret) else None
+
+    def user_key(self, headers: Mapping[str, str]) -> str | None:
+        """The user API key this request carries (`keys` mode), if its bearer secret is one
+        (not checked): neither a service key nor a session token."""
+        authorization = headers.get("authorization")
+        if self.mode != "keys" or not authorization:
+            return None
+        secret = _bearer(authorization)
+        if is_session_token(secret) or self._is_service_key(secret):
+            return None
+        return secret
 
     def holds_service_key(self, headers: Mapping[str, str]) -> bool:
         """Whether the request carries one of the configured service keys (`keys` mode)."""

@@ -150,6 +150,8 @@ def serve(host: str | None, port: int | None) -> None:
     config = loaded.config
     host = host or config.server.host
     port = config.server.port if port is None else port
+    # The app's default server.allowed_hosts names the host it is bound to: --host's.
+    config = config.model_copy(update={"server": config.server.model_copy(update={"host": host})})
     if config.auth.mode == "local" and not config.server.is_loopback(host):
         fail(
             f"auth.mode is local (no credentials), so kvmem only binds a loopback address; "
@@ -695,8 +697,8 @@ def keys_list(user_id: str | None) -> None:
 @click.argument("key_id")
 @click.option("--user", "user_id", default=None, help="Only if the key is this user's.")
 def keys_revoke(key_id: str, user_id: str | None) -> None:
-    """Revoke a key by its id; it stops working at once."""
+    """Revoke a key by its id; it, and every session of its user, stops working at once."""
     loaded = loaded_config()
     with operation():
         info = open_keys(loaded).revoke(key_id, user_id)
-    click.echo(f"revoked {info.id} of user {info.user_id}")
+    click.echo(f"revoked {info.id} of user {info.user_id}; the user's sessions are ended")

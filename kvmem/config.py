@@ -41,6 +41,12 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+# A host name or IPv4 address, or an IPv6 address in brackets; no port, no scheme.
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?\.?|\[[0-9a-f:.]+\]")
+# An origin as browsers send it: scheme://host[:port], nothing after.
+_ORIGIN = re.compile(r"https?://([a-z0-9_.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?")
+
+
 class ServerConfig(Section):
     """Where `kvmem serve` listens, and the bounds on what one request may send."""
 
@@ -57,6 +63,38 @@ class ServerConfig(Section):
     # On SIGTERM: how long in-flight requests (and memory agent runs, up to their own
     # deadlines) may take to finish before they are cut off.
     drain_seconds: float = Field(10, ge=0)
+    # The names a request's Host header may carry (any port); "*" allows any. Unset: the
+    # loopback names and `host` in `local` mode, any name in `keys` mode (site_guard.py).
+    allowed_hosts: list[str] | None = None
+    # Origins of other sites whose pages may send writes (`https://chat.example.com`).
+    allowed_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, hosts: list[str] | None) -> list[str] | None:
+        if hosts is None:
+            return None
+        names = []
+        for host in hosts:
+            name = host.strip().lower()
+            if name != "*" and not _HOST_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{host!r} is not a host name: write a name or address alone, without a "
+                    "scheme or port (localhost, 127.0.0.1, [::1], kvmem.example.com), or \"*\""
+                )
+            names.append(name)
+        return names
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        for origin in origins:
+            if not _ORIGIN.fullmatch(origin.lower()):
+                raise ValueError(
+                    f"{origin!r} is not an origin: write scheme://host[:port] with nothing "
+                    "after it, such as https://chat.example.com or http://127.0.0.1:3080"
+                )
+        return [origin.lower() for origin in origins]
 
     def is_loopback(self, host: str | None = None) -> bool:
         """Whether `host` (default: the configured one) only accepts local connections."""

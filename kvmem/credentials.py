@@ -1,5 +1,9 @@
 """User API keys: created by the CLI, shown once, stored only as a sha256 hash.
 
+Revoking a key also ends its user's session tokens (CONTRACT section 17): a session lives on
+a key's authority, and the schema does not record which key minted which session, so every
+session of that user ends (a front end mints new ones when its user next opens the page).
+
 Keys are 256-bit random secrets, so a plain sha256 (not a slow password hash) is the right
 tool: the lookup is by hash, and nothing about the secret can be guessed from it.
 """
@@ -13,12 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from kvmem.db import Database
 from kvmem.errors import NotFound
 from kvmem.store import iso
-from kvmem.tables import ApiKey, utcnow
+from kvmem.tables import ApiKey, UserSession, utcnow
 
 SECRET_PREFIX = "kvm_"
 SHOWN_PREFIX_LENGTH = 12
@@ -82,13 +86,18 @@ class KeyStore:
             return [_info(row) for row in session.scalars(query)]
 
     def revoke(self, key_id: str, user_id: str | None = None) -> KeyInfo:
-        """Revoke a key (for good); `NotFound` if there is no such key (of that user)."""
+        """Revoke a key (for good) and end every session of its user; `NotFound` if there is
+        no such key (of that user)."""
         with self.database.writing() as session:
             row = session.get(ApiKey, key_id)
             if row is None or (user_id is not None and row.user_id != user_id):
                 raise NotFound(f"no API key with id {key_id!r}")
+            # Held until commit: a session being minted with this key right now either
+            # commits first (and is deleted here) or sees the key revoked (sessions.py).
+            self.database.lock_user(session, row.user_id)
             if row.revoked_at is None:
                 row.revoked_at = utcnow()
+            session.execute(delete(UserSession).where(UserSession.user_id == row.user_id))
             return _info(row)
 
     def user_for(self, secret: str) -> str | None:

@@ -7,7 +7,9 @@
     ├── Forbidden                 403 forbidden
     │   ├── MemoryDisabled        403 memory_disabled
     │   ├── PersonalizeDisabled   403 personalize_disabled
-    │   └── ReviewNotPerUser      403 review_not_per_user
+    │   ├── ReviewNotPerUser      403 review_not_per_user
+    │   ├── HostNotAllowed        403 host_not_allowed (a Host not in server.allowed_hosts)
+    │   └── OriginNotAllowed      403 origin_not_allowed (a write from another site)
     ├── NotFound                  404 not_found
     │   └── ModelNotFound         404 model_not_found
     ├── MethodNotAllowed          405 method_not_allowed
@@ -126,6 +128,19 @@ class ReviewNotPerUser(Forbidden):
     """A user tried to set their own review switch, but `memory.review` is not `per_user`."""
 
     code = "review_not_per_user"
+
+
+class HostNotAllowed(Forbidden):
+    """The request's `Host` is not one of `server.allowed_hosts` (a DNS-rebound name, say)."""
+
+    code = "host_not_allowed"
+
+
+class OriginNotAllowed(Forbidden):
+    """A write sent by a page of another site: a foreign `Origin` or a cross-site
+    `Sec-Fetch-Site`."""
+
+    code = "origin_not_allowed"
 
 
 class NotFound(KvmemError):

@@ -208,6 +208,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
         head += [
             b"content-type: application/json\r\n",
+            b"x-content-type-options: nosniff\r\n",
             b"content-length: %d\r\n" % len(body),
             b"connection: close\r\n\r\n",
         ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -20,7 +19,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from kvmem.bodies import check_numbers, read_body
-from kvmem.errors import BadRequest, Forbidden, MethodNotAllowed
+from kvmem.errors import BadRequest, MethodNotAllowed
 from kvmem.services import Services, user_of
 
 if TYPE_CHECKING:  # imported on first use, see the module docstring
@@ -75,12 +74,14 @@ class McpTransport:
 class McpEndpoint:
     """The ASGI app mounted at `/mcp`; finds the `McpTransport` in the lifespan state."""
 
+    # Host and Origin (a page elsewhere must not drive a local MCP server) are checked for
+    # every request in front of all routes, by `site_guard.py`.
+
     def __init__(self, state_key: str) -> None:
         self.state_key = state_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        check_origin(request)
         if request.method != "POST":
             # Stateless: no session to end (DELETE) and no server-sent stream to open (GET),
             # which the transport answers with 405 too.
@@ -112,31 +113,3 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
     return replayed
 
-
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def check_origin(request: Request) -> None:
-    """Refuse (403) a request whose `Origin` names another site than the one it was sent to:
-    a page elsewhere must not drive a local MCP server (DNS rebinding). No `Origin` (any
-    non-browser client) is fine."""
-    origin = request.headers.get("origin")
-    if origin is None:
-        return
-    if not _same_site(origin, request.headers.get("host", "")):
-        raise Forbidden(f"requests from other sites are refused on /mcp (Origin: {origin[:200]})")
-
-
-def _same_site(origin: str, host: str) -> bool:
-    try:
-        sent_from = urlsplit(origin)
-        sent_to = urlsplit(f"//{host}")
-        default = DEFAULT_PORTS.get(sent_from.scheme)
-        return (
-            default is not None
-            and sent_from.hostname is not None
-            and sent_from.hostname == sent_to.hostname
-            and (sent_from.port or default) == (sent_to.port or default)
-        )
-    except ValueError:  # a malformed port or bracket
-        return False

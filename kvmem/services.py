@@ -51,7 +51,7 @@ def services_of(request: Request) -> Services:
 async def user_of(request: Request, body_user: str | None = None) -> str:
     """The id of the user this request acts for (see `Authenticator.identify`)."""
     auth = services_of(request).auth
-    session_ok = accepts_session(request.url.path)
+    session_ok = accepts_session(request.url.path, request.method)
     # A service key names its user in a header: only user keys and session tokens are looked
     # up in the database, so only they are worth a trip to a thread.
     if auth.needs_lookup and not auth.holds_service_key(request.headers):

@@ -4,6 +4,9 @@ A front end that holds a service key mints one per user (`POST /sessions`) and s
 user to the memory page with it, instead of handing out a long-lived key. Tokens are 256-bit
 random secrets and only their sha256 is stored, as with user API keys (`credentials.py`).
 Which routes accept a session token is the authenticator's business, not this module's.
+A session minted with a user key lives no longer than the key: revoking it ends the user's
+sessions (`credentials.py`), and `create` refuses a key revoked while the request was on
+its way.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from sqlalchemy import delete, select
 
 from kvmem.credentials import hash_secret
 from kvmem.db import Database
-from kvmem.tables import UserSession, utcnow
+from kvmem.errors import Unauthorized
+from kvmem.tables import ApiKey, UserSession, utcnow
 
 TOKEN_PREFIX = "kvs_"
 
@@ -47,8 +51,9 @@ class SessionStore:
         self.lifetime = timedelta(seconds=seconds)
         self._clock = clock
 
-    def create(self, user_id: str) -> NewSession:
-        """A new token for `user_id`, valid for the configured lifetime."""
+    def create(self, user_id: str, minted_with: str | None = None) -> NewSession:
+        """A new token for `user_id`, valid for the configured lifetime; `minted_with` is the
+        user key the request came with, which must still be live when the session is made."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         now = self._clock()
         row = UserSession(
@@ -60,6 +65,12 @@ class SessionStore:
         )
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
+            if minted_with is not None and session.scalar(
+                select(ApiKey.id).where(
+                    ApiKey.key_hash == hash_secret(minted_with), ApiKey.revoked_at.is_(None)
+                )
+            ) is None:
+                raise Unauthorized("the API key is not valid (unknown or revoked)")
             # Expired tokens can never be used again: drop this user's as new ones are made,
             # so the table holds about one row per active page, not one per page ever opened.
             session.execute(

@@ -20,7 +20,7 @@ from kvmem.migrate import upgrade  # noqa: E402
 from kvmem.rules import MemoryRules  # noqa: E402
 from kvmem.store import MemoryStore  # noqa: E402
 from kvmem.tokens import TokenCounter  # noqa: E402
-from tests.support.apps import AGENT_MODEL, MAIN_MODEL, LiveServer  # noqa: E402
+from tests.support.apps import AGENT_MODEL, LOCAL_URL, MAIN_MODEL, LiveServer  # noqa: E402
 from tests.support.pg import POSTGRES_ENV  # noqa: E402
 
 # Forces `chat.client` in `chat_sections` for a whole run ("direct" or "litellm"); unset, a
@@ -81,7 +81,9 @@ def make_client_for_url(tokens: TokenCounter) -> Iterator[Callable[[str], TestCl
 
     def make(url: str) -> TestClient:
         config = Config.model_validate({"database": {"url": url}})
-        client = TestClient(create_app(config, tokens=tokens), raise_server_exceptions=False)
+        client = TestClient(
+            create_app(config, tokens=tokens), base_url=LOCAL_URL, raise_server_exceptions=False
+        )
         client.__enter__()
         clients.append(client)
         return client
@@ -163,7 +165,7 @@ def make_client(
 
     def make(**sections: Any) -> TestClient:
         app = create_app(make_config(**sections), database=database, tokens=tokens)
-        client = TestClient(app, raise_server_exceptions=False)
+        client = TestClient(app, base_url=LOCAL_URL, raise_server_exceptions=False)
         client.__enter__()
         clients.append(client)
         return client

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
 
@@ -21,7 +23,7 @@ from kvmem.rules import MemoryRules
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from tests.support.matchers import ISO_TIME, entry
-from tests.support.processes import Result, run, run_all
+from tests.support.processes import Result, free_port, run, run_all
 
 INVALID_KEY_MESSAGE = (
     "invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
@@ -427,6 +429,13 @@ def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> 
             put = client.put("/memory/k", json={"value": "v"}, headers=headers)
             assert (put.status_code, put.json()["memory"]) == (201, entry("k", "v", 1))
             assert client.get("/memory/k", headers={**headers, "X-User-Id": "alice"}).status_code == 200
+            # Sessions minted with the key (and bob's, minted with his) work until it is revoked.
+            alice_session, bob_session = (
+                {"Authorization": "Bearer " + client.post(
+                    "/sessions", headers={"Authorization": f"Bearer {key}"}).json()["token"]}
+                for key in (secret, other)
+            )
+            assert client.get("/memory/k", headers=alice_session).status_code == 200
 
             revoked, unknown = run_all(
                 [
@@ -435,15 +444,49 @@ def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> 
                 ],
                 folder,
             )
-            assert (revoked.code, revoked.stdout, revoked.stderr) == (0, f"revoked {key_id} of user alice\n", "")
+            assert (revoked.code, revoked.stdout, revoked.stderr) == (
+                0, f"revoked {key_id} of user alice; the user's sessions are ended\n", "")
             assert (unknown.code, unknown.stderr) == (1, "kvmem: not_found: no API key with id 'key_nope'\n")
             assert client.get("/memory", headers=headers).json() == {
                 "error": {"code": "unauthorized", "message": "the API key is not valid (unknown or revoked)"}
             }
             assert client.get("/memory", headers={"Authorization": f"Bearer {other}"}).status_code == 200
+            assert client.get("/memory", headers=alice_session).json() == {"error": {
+                "code": "unauthorized",
+                "message": "the session token is not valid (unknown, ended or expired)"}}
+            assert client.get("/memory", headers=bob_session).status_code == 200
         assert [k.revoked_at is not None for k in KeyStore(database).list()] == [True, False]
     finally:
         database.dispose()
+
+
+def test_serve_answers_the_host_it_binds_and_refuses_other_names(tmp_path: Path) -> None:
+    """`--host` overrides server.host, and the default server.allowed_hosts follows it."""
+    (tmp_path / "local.yaml").write_text("database: {url: 'sqlite:///kv.db'}\n")
+    port = free_port()
+    url = f"http://127.0.0.2:{port}"
+    with (tmp_path / "serve.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kvmem", "serve", "--config", "local.yaml",
+             "--host", "127.0.0.2", "--port", str(port)],
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=log,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, (tmp_path / "serve.log").read_text()
+            try:
+                served = httpx.get(f"{url}/memory", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "kvmem did not start"
+                time.sleep(0.05)
+        assert served.status_code == 200
+        refused = httpx.get(f"{url}/memory", headers={"Host": "evil.example"}, timeout=10)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (403, "host_not_allowed")
+    finally:
+        process.terminate()
+        process.wait(20)
 
 
 def test_serve_in_local_mode_refuses_a_public_host(tmp_path: Path) -> None:

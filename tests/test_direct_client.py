@@ -242,7 +242,7 @@ def test_a_direct_only_server_never_imports_litellm(database: Any, database_url:
         "    'chat': {'model': 'openai/m', 'api_base': 'http://127.0.0.1:1/v1'},\n"
         "    'memory': {'agent': {'provider': 'openai', 'model': 'gpt-4o-mini',\n"
         "                         'api_base': 'http://127.0.0.1:1/v1'}}})\n"
-        "with TestClient(create_app(config)) as client:\n"
+        "with TestClient(create_app(config), base_url='http://127.0.0.1') as client:\n"
         "    assert client.get('/healthz').status_code == 200\n"
         "print(sorted(m for m in sys.modules\n"
         "             if m.split('.')[0] in {'litellm', 'mcp', 'mcp_types'}))\n"

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 import kvmem.errors
 from kvmem.errors import KvmemError, openai_error_body, openai_error_type
-from tests.support.apps import MAIN_MODEL
+from tests.support.apps import LOCAL_URL, MAIN_MODEL
 
 OPENAI_TYPES = {
     "invalid_request_error",
@@ -86,7 +86,7 @@ def exploding(make_config: Callable[..., Any], database: Any, tokens: Any) -> It
 
     config = make_config(chat={"model": f"openai/{MAIN_MODEL}"})
     app = create_app(config, database=database, tokens=tokens, client=ExplodingClient())  # type: ignore[arg-type]
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url=LOCAL_URL, raise_server_exceptions=False) as client:
         yield client
 
 
@@ -119,3 +119,6 @@ def test_an_unexpected_error_elsewhere_has_kvmem_fields(exploding: TestClient) -
             }
         },
     )
+    # Answered by Starlette's outermost layer, outside the middleware that adds these.
+    assert (response.headers["x-content-type-options"], response.headers["cache-control"]) == (
+        "nosniff", "no-store")

@@ -19,6 +19,7 @@ from kvmem.config import Config
 from kvmem.db import Database
 from kvmem.tokens import TokenCounter
 from tests.support.apps import (
+    LOCAL_URL,
     AGENT_MODEL,
     MAIN_MODEL,
     Containing,
@@ -280,7 +281,7 @@ def test_a_store_that_cannot_be_written_is_503_on_writes_and_chat_still_answers(
     before = writable.get("/memory").json()
 
     app = create_app(make_config(**sections), database=read_only_database, tokens=tokens)
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url=LOCAL_URL, raise_server_exceptions=False) as client:
         for method, path, body in [
             ("PUT", "/memory/name", {"value": "Grace"}),
             ("PUT", "/memory/city", {"value": "Rome"}),

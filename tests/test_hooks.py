@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 from kvmem.app import create_app
 from kvmem.prompts import BLOCK_PREAMBLE
 from tests.support.apps import (
+    LOCAL_URL,
     AGENT_MODEL,
     MAIN_MODEL,
     outcomes,
@@ -238,11 +239,11 @@ def test_a_run_in_flight_is_drained_at_shutdown(upstream, chat_sections, make_co
     app = create_app(make_config(**chat_sections()), database=database, tokens=tokens)
     upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("city", "Oslo")],
                                        delay=0.5))
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL_URL) as client:
         response = client.post("/memory/agent", json=agent_body(user("I live in Oslo"), wait=False))
         assert response.status_code == 202
     # The lifespan ended (a deploy's SIGTERM): it waited for the run, whose write landed.
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL_URL) as client:
         assert client.get("/memory/city").json()["value"] == "Oslo"
 
 

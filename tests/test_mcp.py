@@ -341,8 +341,9 @@ def test_mcp_http_refusals(served: tuple[ServeProcess, dict[str, str]]):
     for origin in ("http://evil.example", "null", f"http://localhost:{server.port}",
                    "http://127.0.0.1:1", f"http://127.0.0.1:{server.port}.evil.example"):
         assert post({**alice, "Origin": origin}) == (403, {"error": {
-            "code": "forbidden",
-            "message": f"requests from other sites are refused on /mcp (Origin: {origin})"}})
+            "code": "origin_not_allowed",
+            "message": f"requests from other sites are refused (Origin: {origin}); "
+                       "list the site in server.allowed_origins if it should write here"}})
     assert post(JSONRPC_HEADERS) == (401, {"error": {
         "code": "unauthorized", "message": "missing credentials: send Authorization: Bearer <key>"}})
     assert post({**JSONRPC_HEADERS, **bearer("kvm_wrong")}) == (401, {"error": {
@@ -378,7 +379,7 @@ def test_the_sdk_loads_with_the_first_mcp_request(database: Database, database_u
         "def sdk():\n"
         "    return sorted(m for m in sys.modules if m.split('.')[0] in {'mcp', 'mcp_types'})\n"
         "config = Config.model_validate({'database': {'url': %r}})\n"
-        "with TestClient(create_app(config)) as client:\n"
+        "with TestClient(create_app(config), base_url='http://127.0.0.1') as client:\n"
         "    assert client.get('/memory').status_code == 200\n"
         "    assert client.get('/mcp').status_code == 405\n"
         "    print(sdk() == [])\n"

@@ -11,6 +11,7 @@ from starlette.testclient import TestClient
 
 from kvmem.metrics import BUCKETS
 from tests.support.apps import (
+    LOCAL_URL,
     AGENT_MODEL,
     MAIN_MODEL,
     services,
@@ -216,7 +217,7 @@ def test_a_bug_is_counted_as_a_500(
     config = make_config(chat={"model": f"openai/{MAIN_MODEL}"})
     client: Any = ExplodingClient()
     app = create_app(config, database=database, tokens=tokens, client=client)
-    with TestClient(app, raise_server_exceptions=False) as http:
+    with TestClient(app, base_url=LOCAL_URL, raise_server_exceptions=False) as http:
         assert http.post("/chat", json={"message": "hi"}).status_code == 500
         text = scrape(http)
     assert series(text, "kvmem_http_requests_total") == {("/chat", "POST", "500"): 1}

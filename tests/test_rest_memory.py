@@ -19,6 +19,7 @@ from kvmem.db import Database
 from kvmem.overview import memory_overview, usage_percentage
 from kvmem.store import Snapshot
 from kvmem.tokens import TokenCounter
+from tests.support.apps import LOCAL_URL
 from tests.support.matchers import entry
 
 MakeClient = Callable[..., TestClient]
@@ -496,7 +497,7 @@ def test_a_huge_chunked_body_is_refused_without_being_read_whole(
             "raw_path": b"/memory/k",
             "query_string": b"",
             "root_path": "",
-            "headers": [(b"host", b"testserver"), (b"transfer-encoding", b"chunked")],
+            "headers": [(b"host", b"127.0.0.1"), (b"transfer-encoding", b"chunked")],
             "client": ("127.0.0.1", 50000),
             "server": ("testserver", 80),
             "state": dict(state),
@@ -616,7 +617,7 @@ def test_read_only_database_refuses_writes_with_503(
     config = Config.model_validate({"database": {"url": f"sqlite:///file:{path}?mode=ro&uri=true"}})
     read_only = Database.from_config(config.database)
     app = create_app(config, database=read_only, tokens=tokens)
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url=LOCAL_URL, raise_server_exceptions=False) as client:
         assert client.get("/memory").json() == EMPTY_LISTING
         response = client.put("/memory/k", json={"value": "v"})
         assert response.status_code == 503

@@ -17,7 +17,7 @@ from kvmem.config import Config
 from kvmem.config_loader import parse_config
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
-from kvmem.errors import ConfigError
+from kvmem.errors import ConfigError, Unauthorized
 from kvmem.sessions import SessionStore
 from tests.support.apps import MAIN_MODEL
 from tests.support.matchers import ISO_TIME, entry
@@ -27,7 +27,7 @@ SERVICE_KEY = "svc-sessions-9f8e7d6c5b"
 KEYS_MODE = {"mode": "keys", "service_keys": [SERVICE_KEY]}
 SESSION_ONLY_ROUTES = (
     "a session token works only on /memory, /preferences, /usage, /conversations, /me, /mcp, "
-    "/sessions; use an API key for this route"
+    "/sessions and starts no model call (POST /memory/agent); use an API key for this route"
 )
 NOT_VALID = {"error": {"code": "unauthorized",
                        "message": "the session token is not valid (unknown, ended or expired)"}}
@@ -168,6 +168,7 @@ def test_delete_sessions_current_ends_only_the_token_in_use(
     ("POST", "/v1/chat/completions", {"model": f"openai/{MAIN_MODEL}",
                                       "messages": [{"role": "user", "content": "hi"}]}),
     ("GET", "/v1/models", None),
+    ("POST", "/memory/agent", {"messages": [{"role": "user", "content": "remember I like tea"}]}),
 ])
 def test_a_session_is_refused_on_the_model_routes(
     make_client: MakeClient, chat_sections: Any, upstream: Any, keys: KeyStore,
@@ -203,6 +204,34 @@ def test_which_routes_accept_a_session() -> None:
                "/sessionsx"]
     assert [path for path in accepted if accepts_session(path)] == accepted
     assert [path for path in refused if accepts_session(path)] == []
+    # POST /memory/agent starts model calls; the other methods there are the key "agent".
+    assert [accepts_session("/memory/agent", method) for method in ("POST", "GET", "PUT")] == [
+        False, True, True]
+
+
+def test_revoking_a_key_ends_the_sessions_of_its_user(
+    make_client: MakeClient, keys: KeyStore, database: Database
+) -> None:
+    client = make_client(auth=KEYS_MODE)
+    info, alice_key = keys.create("alice")
+    _, bob_key = keys.create("bob")
+    with_key, from_front_end = mint(client, bearer(alice_key)), mint(client, bearer(SERVICE_KEY, "alice"))
+    bob = mint(client, bearer(bob_key))
+    assert client.get("/memory", headers=bearer(with_key)).status_code == 200
+
+    keys.revoke(info.id)
+    # The schema does not say which key minted a session: every one of alice's ends.
+    assert answer(client.get("/memory", headers=bearer(with_key))) == (401, NOT_VALID)
+    assert answer(client.get("/memory", headers=bearer(from_front_end))) == (401, NOT_VALID)
+    assert client.get("/memory", headers=bearer(bob)).status_code == 200
+    # A session cannot be minted with the revoked key, even by a request already past auth.
+    with pytest.raises(Unauthorized, match="the API key is not valid"):
+        SessionStore(database, 60).create("alice", minted_with=alice_key)
+    assert answer(client.post("/sessions", headers=bearer(alice_key))) == (401, {"error": {
+        "code": "unauthorized", "message": "the API key is not valid (unknown or revoked)"}})
+    with database.reading() as session:
+        users = [row[0] for row in session.execute(text("SELECT user_id FROM sessions"))]
+    assert users == ["bob"]
 
 
 def test_only_a_hash_of_a_token_is_stored(

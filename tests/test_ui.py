@@ -354,6 +354,73 @@ def test_keys_mode_takes_the_token_from_the_fragment_and_hides_it(
     assert page.url == f"{keys_server.url}/ui"
 
 
+def test_a_link_for_another_user_asks_before_switching(
+    keys_server: ServeProcess, open_page: Any
+) -> None:
+    alice, bob = User(keys_server, f"alice-{uuid.uuid4().hex[:6]}"), User(keys_server)
+    alice.put("personal_info", "Name: Alice.")
+    bob.put("personal_info", "Name: Bob.")
+    page, _ = open_as(open_page, alice)
+    mine = page.evaluate("sessionStorage.getItem('kvmem.token')")
+
+    # A link from this very page (only the fragment changes), then a fresh load (the query
+    # changes too): each asks, and Stay keeps alice signed in.
+    for url in (f"{keys_server.url}/ui#token={bob.session()}",
+                f"{keys_server.url}/ui?again#token={bob.session()}"):
+        page.goto(url)
+        dialog = page.get_by_role("dialog", name="Switch user?")
+        expect(dialog).to_be_visible()
+        expect(dialog).to_have_accessible_description(
+            f"You are signed in as “{alice.name}”. "
+            f"This link would sign you in as “{bob.name}” instead.")
+        dialog.get_by_role("button", name=f"Stay signed in as {alice.name}").click()
+        expect(dialog).to_be_hidden()
+        expect(item(page, "personal_info")).to_contain_text("Name: Alice.")
+        assert page.evaluate("sessionStorage.getItem('kvmem.token')") == mine
+        assert "token=" not in page.url
+
+    # Escape stays too; Switch signs bob in.
+    page.goto(f"{keys_server.url}/ui#token={bob.session()}")
+    expect(page.get_by_role("dialog", name="Switch user?")).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(page.get_by_role("dialog", name="Switch user?")).to_be_hidden()
+    expect(item(page, "personal_info")).to_contain_text("Name: Alice.")
+    page.goto(f"{keys_server.url}/ui#token={bob.session()}")
+    page.get_by_role("button", name=f"Switch to {bob.name}").click()
+    expect(item(page, "personal_info")).to_contain_text("Name: Bob.")
+    # A new link of the user already signed in switches nothing and asks nothing.
+    page.goto(f"{keys_server.url}/ui#token={bob.session()}")
+    expect(item(page, "personal_info")).to_contain_text("Name: Bob.")
+    expect(page.get_by_role("dialog", name="Switch user?")).to_be_hidden()
+
+
+MALFORMED_LINK = ("The link's token could not be read: it is cut short or mistyped. "
+                  "Open the link again from where you found it, or paste a key or token.")
+
+
+def test_a_malformed_link_says_so_instead_of_loading_forever(
+    keys_server: ServeProcess, local_server: ServeProcess, open_page: Any
+) -> None:
+    page, _ = open_page(f"{keys_server.url}/ui#token=%E0%A4%A")
+    expect(page.get_by_role("textbox", name="Key or session token")).to_be_focused()
+    expect(page.get_by_role("alert")).to_have_text(MALFORMED_LINK)
+    expect(page.get_by_text("Loading your memory…")).to_be_hidden()
+    assert "token=" not in page.url
+
+    # Signed in already: the page stays who it was, and says what was wrong with the link.
+    user = User(keys_server)
+    user.put("personal_info", "Name: Ada.")
+    page, _ = open_as(open_page, user)
+    page.goto(f"{keys_server.url}/ui#token=%E0%A4%A")
+    expect(page.get_by_role("alert").filter(has_text="could not be read")).to_have_text(MALFORMED_LINK)
+    expect(item(page, "personal_info")).to_contain_text("Name: Ada.")
+
+    # local mode needs no token at all: the memory loads, with the same message.
+    page, _ = open_page(f"{local_server.url}/ui#token=%E0%A4%A")
+    expect(memories(page)).to_have_attribute("aria-busy", "false")
+    expect(page.get_by_role("alert").filter(has_text="could not be read")).to_have_text(MALFORMED_LINK)
+
+
 def test_keys_mode_asks_for_a_key_and_shows_why_one_is_refused(
     keys_server: ServeProcess, open_page: Any
 ) -> None:

@@ -13,7 +13,8 @@ from kvmem.services import services_of
 
 async def healthz(request: Request) -> Response:
     """Always 200 while the process serves (chat works without the store); says if the store
-    is up, and whether the agent is on, why, and its last failure (secrets masked)."""
+    is up, and whether the agent is on, why, and its last failure: its code and upstream
+    status, and its message (secrets masked) only to a caller holding a service key."""
     services = services_of(request)
     reachable = await run_in_threadpool(services.database.ping)
     store = "ok" if reachable else "unavailable"
@@ -22,7 +23,9 @@ async def healthz(request: Request) -> Response:
     agent = {
         "enabled": enabled,
         "reason": reason,
-        "last_error": last_error.as_json() if last_error else None,
+        "last_error": last_error.as_json(
+            with_message=services.auth.holds_service_key(request.headers)
+        ) if last_error else None,
     }
     return JSONResponse({"status": "ok", "version": __version__, "store": store, "agent": agent})
 

@@ -20,7 +20,8 @@ async def create_session(request: Request) -> Response:
         # A session that could mint its successor would never expire.
         raise Forbidden("a session token cannot create sessions; use a user key or a service key")
     assert services.auth.sessions is not None
-    made = await run_in_threadpool(services.auth.sessions.create, user)
+    key = services.auth.user_key(request.headers)
+    made = await run_in_threadpool(services.auth.sessions.create, user, key)
     return JSONResponse({"token": made.token, "expires_at": iso(made.expires_at)}, status_code=201)
 
 

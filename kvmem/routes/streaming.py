@@ -6,7 +6,8 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+# A stream holds a user's conversation: not stored by any cache (no-store implies no-cache).
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
 class ClosingStreamingResponse(StreamingResponse):

@@ -145,13 +145,63 @@ const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
 
 // --- signing in (keys mode) ------------------------------------------------------------
 
-function takeTokenFromFragment() {
+// The token a link carries in the page's fragment: {token}, {malformed: true} when it
+// cannot be decoded, or null when there is none.
+function tokenFromFragment() {
   const match = /(?:^#|&)token=([^&]*)/.exec(location.hash);
-  if (!match) return false;
-  sessionStorage.setItem(TOKEN_STORAGE, decodeURIComponent(match[1]));
+  if (!match) return null;
   // The token must not stay in the address bar, the history or a bookmark.
   history.replaceState(null, "", location.pathname + location.search);
-  return true;
+  try {
+    return { token: decodeURIComponent(match[1]) };
+  } catch {
+    return { malformed: true };
+  }
+}
+
+const MALFORMED_LINK =
+  "The link's token could not be read: it is cut short or mistyped. " +
+  "Open the link again from where you found it, or paste a key or token.";
+
+// The user a token acts for, from the export document (the one answer that names its
+// user); null when the server refuses the token or cannot be reached.
+async function ownerOf(token) {
+  try {
+    const response = await fetch("/memory/export", { headers: { Authorization: `Bearer ${token}` } });
+    return response.ok ? (await response.json()).user : null;
+  } catch {
+    return null;
+  }
+}
+
+// A link's token replaces the one in use, but one for another user only if the person
+// says so: a link from someone else must not silently sign them in as someone else.
+// Returns the message the page should show ("" when there is none).
+async function adoptLinkToken(link) {
+  if (!link) return "";
+  if (link.malformed) return MALFORMED_LINK;
+  const current = sessionStorage.getItem(TOKEN_STORAGE);
+  if (current && current !== link.token) {
+    const [signedIn, linked] = await Promise.all([ownerOf(current), ownerOf(link.token)]);
+    const another = signedIn !== null && linked !== null && signedIn !== linked;
+    if (another && !(await confirmSwitch(signedIn, linked))) return "";
+  }
+  sessionStorage.setItem(TOKEN_STORAGE, link.token);
+  return "";
+}
+
+function confirmSwitch(signedIn, linked) {
+  const dialog = $("switch-dialog");
+  $("switch-text").textContent =
+    `You are signed in as “${signedIn}”. This link would sign you in as “${linked}” instead.`;
+  $("switch-cancel").textContent = `Stay signed in as ${signedIn}`;
+  $("switch-confirm").textContent = `Switch to ${linked}`;
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    // Escape, like Stay, closes it with no "switch".
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "switch"), { once: true });
+    dialog.showModal();
+  });
 }
 
 function showSignIn(message) {
@@ -188,9 +238,10 @@ async function signOut() {
 
 // --- loading and rendering -------------------------------------------------------------
 
-async function start() {
+// `notice`: a message about how the page was opened (a malformed link), shown with the rest.
+async function start(notice = "") {
   if (server.needsKey && !state.token) {
-    showSignIn("");
+    showSignIn(notice);
     return;
   }
   try {
@@ -204,6 +255,7 @@ async function start() {
     renderOverview(overview);
     renderPreferences(preferences);
     renderProposals(proposals);
+    showMessage($("page-error"), notice);
     performance.mark("kvmem:rendered");
   } catch (error) {
     if (error.status === 401) {
@@ -680,15 +732,25 @@ function wire() {
   $("clear-confirm").addEventListener("click", clearAll);
   $("history-close").addEventListener("click", () => $("history-dialog").close());
   setInterval(refreshTimes, 60_000);
+  $("switch-cancel").addEventListener("click", () => $("switch-dialog").close("stay"));
+  $("switch-confirm").addEventListener("click", () => $("switch-dialog").close("switch"));
   // A link with #token= followed from this very page changes only the fragment: no reload.
-  window.addEventListener("hashchange", () => {
-    if (!takeTokenFromFragment()) return;
-    state.token = sessionStorage.getItem(TOKEN_STORAGE);
-    start();
+  window.addEventListener("hashchange", async () => {
+    const link = tokenFromFragment();
+    if (!link) return;
+    const notice = await adoptLinkToken(link);
+    const token = sessionStorage.getItem(TOKEN_STORAGE);
+    if (token === state.token && !notice) return; // the person stayed who they were
+    state.token = token;
+    start(notice);
   });
 }
 
-takeTokenFromFragment();
-state.token = sessionStorage.getItem(TOKEN_STORAGE);
+async function openPage() {
+  const notice = await adoptLinkToken(tokenFromFragment());
+  state.token = sessionStorage.getItem(TOKEN_STORAGE);
+  start(notice);
+}
+
 wire();
-start();
+openPage();

@@ -108,7 +108,8 @@ def play(
     upgrade(database.engine)
     before = len(upstream.received(AGENT_MODEL))
     states = []
-    with TestClient(create_app(config, database=database, tokens=tokens)) as client:
+    app = create_app(config, database=database, tokens=tokens)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         conversation_id = None
         for message, _ in conversation:
             body = {"message": message}

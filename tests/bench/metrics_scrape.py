@@ -61,7 +61,7 @@ async def _get_metrics(app: Any) -> tuple[float, float]:
     scope = {
         "type": "http", "http_version": "1.1", "method": "GET", "scheme": "http",
         "path": "/metrics", "raw_path": b"/metrics", "root_path": "", "query_string": b"",
-        "headers": [(b"host", b"bench")], "client": ("127.0.0.1", 1), "server": ("bench", 80),
+        "headers": [(b"host", b"127.0.0.1")], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
     }
     started, cpu = time.perf_counter(), time.thread_time()
     await app(scope, receive, send)

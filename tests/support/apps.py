@@ -16,6 +16,9 @@ from starlette.testclient import TestClient
 
 from kvmem.services import Services
 
+# The base URL of test clients: a loopback Host, as a local program sends it. TestClient's
+# own default (`testserver`) is not a name `local` mode answers to (server.allowed_hosts).
+LOCAL_URL = "http://127.0.0.1"
 MAIN_MODEL = "main-model"
 AGENT_MODEL = "agent-model"
 
