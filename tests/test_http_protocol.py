@@ -78,7 +78,7 @@ def entries(server: LiveServer) -> list[Any]:
 
 
 def chunked_put(chunks: bytes) -> bytes:
-    return b"PUT /memory/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
+    return b"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
 
 
 # --- item 1: chunked trailers count toward server.max_header_bytes --------------------------
@@ -89,7 +89,7 @@ TRAILERS_OVER = error(
 
 
 @pytest.mark.parametrize("request_bytes", [
-    b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: ",
+    b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: ",
     chunked_put(b'd\r\n{"value":"v"}\r\n0\r\nX-T: '),
 ], ids=["healthz", "put"])
 def test_item1_chunked_trailers_past_the_head_limit_are_431(
@@ -117,9 +117,10 @@ def test_item2_a_head_not_sent_within_the_timeout_is_408_and_idle_sockets_are_cl
     make_server: MakeServer,
 ) -> None:
     server = make_server(server={"header_timeout_seconds": 1})
-    half, half_closed, half_took = converse(server.port, b"GET /memory HTTP/1.1\r\nHost: x\r\n")
+    half, half_closed, half_took = converse(server.port, b"GET /memory HTTP/1.1\r\nHost: 127.0.0.1\r\n")
     assert answers(half) == [("HTTP/1.1 408 Request Timeout", {
-        "content-type": "application/json", "content-length": "135", "connection": "close"},
+        "content-type": "application/json", "x-content-type-options": "nosniff",
+        "content-length": "135", "connection": "close"},
         error("request_timeout", "the request line and headers did not arrive within 1 s "
                                  "(server.header_timeout_seconds)"))]
     assert half_closed and 1 <= half_took < 5
@@ -128,7 +129,7 @@ def test_item2_a_head_not_sent_within_the_timeout_is_408_and_idle_sockets_are_cl
     assert (idle, idle_closed) == (b"", True)
     assert 1 <= idle_took < 5
     # So is a kept-alive connection that sends nothing after its first answer.
-    kept, kept_closed, kept_took = converse(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    kept, kept_closed, kept_took = converse(server.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert ([status for status, _, _ in answers(kept)], kept_closed) == (["HTTP/1.1 200 OK"], True)
     assert 1 <= kept_took < 5
 
@@ -145,7 +146,8 @@ def test_item3_a_malformed_chunk_size_is_400_in_kvmems_shape_then_close(
     server = make_server()
     answer, closed, _ = converse(server.port, chunked_put(chunks))
     assert answers(answer) == [("HTTP/1.1 400 Bad Request", {
-        "content-type": "application/json", "content-length": "105", "connection": "close"},
+        "content-type": "application/json", "x-content-type-options": "nosniff",
+        "content-length": "105", "connection": "close"},
         error("bad_request", "malformed HTTP request: the chunked body could not be parsed"))]
     assert closed
     assert entries(server) == []
@@ -159,14 +161,15 @@ BODY_OVER = error("body_too_large", f"the request body is 2000 bytes; the limit 
 @pytest.mark.parametrize("expect", [True, False], ids=["expect-100-continue", "body-sent"])
 def test_item4_a_413_answers_connection_close(make_server: MakeServer, expect: bool) -> None:
     server = make_server(server={"max_body_bytes": BODY_LIMIT})
-    head = (b"PUT /memory/k HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 2000\r\n" + (b"Expect: 100-continue\r\n" if expect else b"") + b"\r\n")
     # With Expect, the client waits for 100 Continue and sends no body; the next request it
     # would send on the same connection used to hang, read as the body.
     body = b"" if expect else b'{"value": "' + b"a" * 1986 + b'"}'
     answer, closed, _ = converse(server.port, head + body, wait=5)
     assert answers(answer) == [("HTTP/1.1 413 Request Entity Too Large", {
-        "content-length": "97", "content-type": "application/json", "connection": "close"},
+        "content-length": "97", "content-type": "application/json", "connection": "close",
+        "x-content-type-options": "nosniff", "cache-control": "no-store"},
         BODY_OVER)]
     assert closed
     assert entries(server) == []
@@ -180,14 +183,14 @@ def test_item5_a_valid_request_pipelined_before_a_malformed_one_is_answered_firs
 ) -> None:
     server = make_server()
     body = b'{"value": "v"}'
-    valid = (b"PUT /memory/k HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    valid = (b"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    malformed = b"GET /memory HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n"
+    malformed = b"GET /memory HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: a\x00b\r\n\r\n"
     answer, closed, _ = converse(server.port, valid + malformed)
     got = answers(answer)
     assert [status for status, _, _ in got] == ["HTTP/1.1 201 Created", "HTTP/1.1 400 Bad Request"]
-    assert got[1][1:] == ({"content-type": "application/json", "content-length": "116",
-                           "connection": "close"},
+    assert got[1][1:] == ({"content-type": "application/json", "x-content-type-options": "nosniff",
+                           "content-length": "116", "connection": "close"},
                           error("bad_request", "malformed HTTP request: the request line or "
                                                "headers could not be parsed"))
     assert closed
@@ -215,7 +218,7 @@ def test_item6_a_client_gone_mid_body_is_499_at_info(
     caplog.set_level(logging.INFO)
     server = make_server()
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
-        sock.sendall(b"PUT /memory/k HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n{\"value\": ")
         time.sleep(0.3)  # the handler is now reading the body
     deadline = time.monotonic() + 10

@@ -361,6 +361,6 @@ def test_a_page_of_another_origin_can_neither_change_nor_read_the_memory(
         assert http.get("/memory").json() == before
         assert {**http.get("/memory/export").json(), "exported_at": None} == {
             **exported, "exported_at": None}
-        assert http.get("/conversations").json() == {"conversations": []}
+        assert http.get("/conversations").json() == {"conversations": [], "next": None}
     assert upstream.requests == []
     assert json.dumps(results).count("fact") == 0

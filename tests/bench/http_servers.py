@@ -172,19 +172,19 @@ def outcome(answer: bytes, closed: bool, seconds: float) -> str:
 
 
 def chunked_put(chunks: bytes) -> bytes:
-    return b"PUT /memory/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
+    return b"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
 
 
 def probe(port: int) -> dict[str, tuple[str, bool]]:
     """Issue 22's items 1-6 against one server: {item: (what happened, meets section 18)}."""
     results: dict[str, tuple[str, bool]] = {}
     answer, closed, took = converse(
-        port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: ",
+        port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: ",
         pause=0.3, more=b"a" * (1024 * 1024))
     said = statuses(answer)
     results["1 trailers (1 MiB)"] = (outcome(answer, closed, took),
                                      closed and bool(said) and said[-1].startswith("431 json"))
-    answer, closed, took = converse(port, b"GET /memory HTTP/1.1\r\nHost: x\r\n", wait=HEAD_TIMEOUT + 4)
+    answer, closed, took = converse(port, b"GET /memory HTTP/1.1\r\nHost: 127.0.0.1\r\n", wait=HEAD_TIMEOUT + 4)
     results["2 half a head"] = (outcome(answer, closed, took),
                                 closed and statuses(answer) == ["408 json+close"])
     answer, closed, took = converse(port, b"", wait=HEAD_TIMEOUT + 4)
@@ -193,18 +193,18 @@ def probe(port: int) -> dict[str, tuple[str, bool]]:
     results["3 chunk size zz"] = (outcome(answer, closed, took),
                                   closed and statuses(answer) == ["400 json+close"])
     answer, closed, took = converse(
-        port, b"PUT /memory/k HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n"
+        port, b"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2000\r\n"
               b"Expect: 100-continue\r\n\r\n")
     results["4 413 after Expect (app)"] = (outcome(answer, closed, took),
                                      closed and statuses(answer) == ["413 json+close"])
     body = b'{"value": "v"}'
     answer, closed, took = converse(
-        port, b"PUT /memory/p HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-              + b"GET /memory HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n")
+        port, b"PUT /memory/p HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+              + b"GET /memory HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: a\x00b\r\n\r\n")
     results["5 pipelined then NUL"] = (outcome(answer, closed, took),
                                        closed and statuses(answer) == ["201", "400 json+close"])
     with socket.create_connection((HOST, port)) as sock:
-        sock.sendall(b"PUT /memory/g HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"va")
+        sock.sendall(b"PUT /memory/g HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{\"va")
         time.sleep(0.3)
     time.sleep(0.5)
     _, text = http_get(f"http://{HOST}:{port}/metrics")
