@@ -28,17 +28,20 @@ class DeadlinePassed(Exception):
 
 @dataclass(frozen=True)
 class MemoryUpdate:
-    """One write the agent made."""
+    """One write the agent made, or (with `error`) an inline marker that was refused."""
 
     op: Literal["set", "delete"]
     key: str
     value: str | None = None
+    error: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The update as replies and `memory` events show it."""
         body: dict[str, Any] = {"op": self.op, "key": self.key}
         if self.value is not None:
             body["value"] = self.value
+        if self.error is not None:
+            body["error"] = self.error
         return body
 
 
@@ -64,6 +67,13 @@ class AgentRun:
     _commits: int = 0
     _closed: bool = False
     _commit_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def pending(cls, conversation_id: str | None) -> AgentRun:
+        """An inline run: `running` from the start of the request, its task started only
+        when the main response ends (kvmem/agent.py `MemoryAgent.apply_markers`)."""
+        return cls(state="running", conversation_id=conversation_id,
+                   _loop=asyncio.get_running_loop())
 
     @classmethod
     def finished(cls, state: AgentState) -> AgentRun:

@@ -20,10 +20,17 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from kvmem.agent import MemoryAgent
-from kvmem.agent_run import AgentRun
+from kvmem.agent_run import AgentRun, AgentState
 from kvmem.config import Config
 from kvmem.errors import BadRequest, StoreUnavailable
-from kvmem.prompts import ChatLine, entries_within, render_memory_block
+from kvmem.markers import Marker
+from kvmem.prompts import (
+    ChatLine,
+    entries_within,
+    render_marker_instructions,
+    render_memory_block,
+    with_marker_instructions,
+)
 from kvmem.store import Entry, MemoryStore, Snapshot
 
 log = logging.getLogger("kvmem.turn_memory")
@@ -63,6 +70,9 @@ class TurnMemory:
     block: str
     injected: list[str]
     run: AgentRun
+    # `placement: inline`: the block ends with the marker instructions, and the main call
+    # cuts the markers out of the reply and hands them to `MemoryService.main_ended`.
+    inline: bool = False
 
     def as_json(self) -> dict[str, Any]:
         """The `memory` object of a /chat reply, as things stand now."""
@@ -93,6 +103,12 @@ class MemoryService:
         self._blocks: dict[str, tuple[Sequence[Entry], list[Entry], str]] = {}
         self._blocks_lock = threading.Lock()
         self.agent = agent
+        self.inline = config.inline_memory()
+        memory = config.memory
+        self.marker_instructions = (
+            (memory.agent and memory.agent.instructions)
+            or render_marker_instructions(memory.valid_keys, memory.char_limit)
+        )
 
     def window(self, messages: Sequence[ChatLine]) -> list[ChatLine]:
         """The last `messageWindowSize` user/assistant messages, ending at the newest user one."""
@@ -121,6 +137,11 @@ class MemoryService:
                 log.warning("memory unavailable, chatting without it: user=%s: %s", user_id, exc)
                 store_failed = True
         window = self.window(messages)
+        if self.inline:
+            return self._begin_inline(
+                user_id, conversation_id, entries, block,
+                self._inline_verdict(temporary, store_failed, snapshot, window),
+            )
         state = self.agent.verdict(
             temporary=temporary,
             store_failed=store_failed,
@@ -135,6 +156,37 @@ class MemoryService:
         assert snapshot is not None  # read whenever the agent may run
         run = self.agent.start(user_id, conversation_id, snapshot.entries, window)
         return TurnMemory(block, [e.key for e in entries], run)
+
+    @staticmethod
+    def _inline_verdict(
+        temporary: bool, store_failed: bool, snapshot: Snapshot | None, window: list[ChatLine]
+    ) -> AgentState | None:
+        """Why the main model gets no marker instructions, as the agent state; None when it
+        does. There is no call to save, so the intent gate and the budget do not apply."""
+        if temporary:
+            return "skipped"
+        if store_failed:
+            return "failed"
+        assert snapshot is not None
+        if not snapshot.memories_enabled or not window:
+            return "skipped"
+        return None
+
+    def _begin_inline(
+        self,
+        user_id: str,
+        conversation_id: str | None,
+        entries: list[Entry],
+        block: str,
+        state: AgentState | None,
+    ) -> TurnMemory:
+        """An inline turn: the block followed by the marker instructions, and a run that
+        applies the markers once the main response ends (`main_ended`)."""
+        keys = [e.key for e in entries]
+        if state is not None:
+            return TurnMemory(block, keys, self.agent.not_run(state, user_id, conversation_id))
+        block = with_marker_instructions(block, self.marker_instructions)
+        return TurnMemory(block, keys, AgentRun.pending(conversation_id), inline=True)
 
     async def context(self, user_id: str) -> MemoryContext:
         """The block a chat request of this user would get now (`StoreUnavailable` if the
@@ -220,6 +272,11 @@ class MemoryService:
             return False
         return agent.is_over_budget(agent.tokens_today(user_id))
 
-    def main_ended(self, memory: TurnMemory) -> None:
-        """The main response is complete: start the agent's grace period."""
+    def main_ended(
+        self, memory: TurnMemory, user_id: str, markers: Sequence[Marker] = ()
+    ) -> None:
+        """The main response is complete: apply an inline turn's `markers` (those the reply
+        closed), and start the agent's grace period."""
+        if memory.inline and memory.run.state == "running" and memory.run.task is None:
+            self.agent.apply_markers(memory.run, user_id, markers)
         memory.run.main_ended(self.agent.grace_seconds)
