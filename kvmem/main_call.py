@@ -10,7 +10,7 @@ own reply shape (`Render`), and says how an error looks once a stream has starte
 Under `placement: inline` the call also cuts the memory markers out of the model's reply
 (kvmem/markers.py) before any route sees it, whole or streamed: a streamed chunk's
 `choices[0].delta.content` is rewritten to the text a client may see. When the call ends the
-markers the reply closed go to `MemoryService.main_ended`, which applies them.
+markers the reply closed go to `MemoryService.apply_markers`.
 
 It knows nothing of HTTP: a `MainStream` is the body iterator a streamed response sends, and
 closing it (started or not) ends the call.
@@ -73,10 +73,9 @@ class MainCall:
             return response
         finally:
             self.end()
-            task = self.memory.run.task
-            if self._markers is not None and task is not None:
+            if self._markers is not None and self.memory.run.task is not None:
                 # asyncio.wait, not await: a client that goes away must not cancel the writes.
-                await asyncio.wait({task})
+                await asyncio.wait({self.memory.run.task})
 
     async def stream(
         self,
@@ -109,8 +108,10 @@ class MainCall:
         """The main response is complete (or failed): start the agent's grace period, once."""
         if not self._ended:
             self._ended = True
-            markers = self._markers.markers if self._markers is not None else ()
-            self._memory_service.main_ended(self.memory, self._user_id, markers)
+            if self._markers is not None:
+                self._memory_service.apply_markers(self.memory, self._user_id,
+                                                   self._markers.markers)
+            self._memory_service.main_ended(self.memory)
 
     async def close(self) -> None:
         """End the call and close the upstream stream (idempotent)."""

@@ -201,7 +201,7 @@ def render_marker_instructions(valid_keys: Sequence[str] | None, char_limit: int
     keys = (f"Use only these keys: {', '.join(valid_keys)}." if valid_keys
             else f"Keys are {KEY_FORMAT}.")
     return f"""\
-You can change the memory above. Only when the user asks you to remember, update or forget \
+You can change what is remembered about the user. Only when the user asks you to remember, update or forget \
 something, end your reply with one marker per change, each on its own line:
 [MEMORY: key = value] stores or replaces the value of key (at most {char_limit} characters, \
 no "]");

@@ -71,7 +71,7 @@ class TurnMemory:
     injected: list[str]
     run: AgentRun
     # `placement: inline`: the block ends with the marker instructions, and the main call
-    # cuts the markers out of the reply and hands them to `MemoryService.main_ended`.
+    # cuts the markers out of the reply and hands them to `MemoryService.apply_markers`.
     inline: bool = False
 
     def as_json(self) -> dict[str, Any]:
@@ -272,11 +272,12 @@ class MemoryService:
             return False
         return agent.is_over_budget(agent.tokens_today(user_id))
 
-    def main_ended(
-        self, memory: TurnMemory, user_id: str, markers: Sequence[Marker] = ()
-    ) -> None:
-        """The main response is complete: apply an inline turn's `markers` (those the reply
-        closed), and start the agent's grace period."""
+    def apply_markers(self, memory: TurnMemory, user_id: str, markers: Sequence[Marker]) -> None:
+        """An inline turn's main response is complete: apply the `markers` its reply closed
+        (once; `main_ended` then starts their grace period)."""
         if memory.inline and memory.run.state == "running" and memory.run.task is None:
             self.agent.apply_markers(memory.run, user_id, markers)
+
+    def main_ended(self, memory: TurnMemory) -> None:
+        """The main response is complete: start the agent's grace period."""
         memory.run.main_ended(self.agent.grace_seconds)

@@ -6,6 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+from pydantic import ValidationError
+
+from kvmem.config import Config
 from kvmem.prompts import BLOCK_PREAMBLE, render_marker_instructions
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, sse_events
 from tests.support.matchers import ISO_TIME
@@ -203,3 +207,22 @@ def test_a_forget_marker_is_in_the_history_with_the_conversation(
         "id": 2, "key": "name", "op": "delete", "old_value": "Ada", "new_value": None,
         "source": "agent", "conversation_id": "c-1", "at": ISO_TIME,
     }
+
+
+def test_placement_is_checked_and_inline_needs_no_agent_model() -> None:
+    config = Config.model_validate({"memory": {"agent": {"placement": "inline"}}})
+    assert (config.agent_status(), config.inline_memory()) == (
+        (True, "inline: the main model writes memory markers in its reply"), True)
+    assert Config().inline_memory() is False
+    with pytest.raises(ValidationError) as caught:
+        Config.model_validate({"memory": {"agent": {"placement": "both"}}})
+    assert [(e["loc"], e["type"]) for e in caught.value.errors()] == [
+        (("memory", "agent", "placement"), "literal_error")]
+
+
+def test_a_temporary_request_gets_no_marker_instructions(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(agent=INLINE))
+    upstream.script(MAIN_MODEL, Reply(content="Hi [FORGET: name]"))
+    body = client.post("/chat", json={"message": "Hi", "memory": False}).json()
+    assert body == chat_reply(body["conversation_id"], "Hi [FORGET: name]", [], "skipped", [])
+    assert upstream.received(MAIN_MODEL)[0].system == SYSTEM_PROMPT
