@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import ValidationError
 
@@ -226,3 +227,35 @@ def test_a_temporary_request_gets_no_marker_instructions(upstream, chat_sections
     body = client.post("/chat", json={"message": "Hi", "memory": False}).json()
     assert body == chat_reply(body["conversation_id"], "Hi [FORGET: name]", [], "skipped", [])
     assert upstream.received(MAIN_MODEL)[0].system == SYSTEM_PROMPT
+
+
+def test_a_reply_of_markers_only_is_an_empty_reply(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(agent=INLINE))
+    for stream in (False, True):
+        upstream.script(MAIN_MODEL, Reply(chunks=["[MEMORY: na", "me = Ada]\n"],
+                                          content="[MEMORY: name = Ada]\n"))
+        response = client.post("/chat", json={"message": "I'm Ada.", "stream": stream})
+        body = sse_events(response.text)[-1][1] if stream else response.json()
+        assert body == chat_reply(body["conversation_id"], "", ["name"] if stream else [], "done",
+                                  [{"op": "set", "key": "name", "value": "Ada"}])
+        stored = client.get(f"/conversations/{body['conversation_id']}").json()["messages"]
+        assert [(m["role"], m["content"]) for m in stored] == [("user", "I'm Ada."), ("assistant", "")]
+    assert memories(client) == {"name": "Ada"}
+
+
+def test_a_marker_the_client_left_before_is_not_applied(upstream, chat_sections, make_server):
+    server = make_server(**chat_sections(agent=INLINE))
+    pieces = ["Sure", " thing.", "\n[MEMORY: name", *(["x"] * 50), " = Ada]"]
+    upstream.script(MAIN_MODEL, Reply(chunks=pieces, chunk_delay=0.1))
+    body = {"model": f"openai/{MAIN_MODEL}", "stream": True,
+            "messages": [{"role": "user", "content": "I'm Ada."}]}
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body) as response:
+        seen = ""
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                seen += json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+            if seen == "Sure thing.":
+                break
+    upstream.wait_ended(upstream.received(MAIN_MODEL)[0], timeout=10)
+    assert httpx.get(f"{server.url}/memory").json()["memories"] == []
+    assert httpx.get(f"{server.url}/memory/history").json()["changes"] == []
