@@ -6,8 +6,8 @@ per 100 turns: the agent's input (instructions, tool schemas, memory status and 
 as o200k_base counts what the upstream received) and output (its tool calls) for
 `separate`; for `inline`, the marker instructions added to every main call and the markers
 the main model writes. Then times streamed `/v1/chat/completions` replies of 200 chunks on
-both apps (time to the first chunk and per chunk after it, in process) and the filter alone
-(microseconds per chunk fed). Prints markdown tables; asserts nothing.
+both apps taking turns (time to the first chunk and per chunk after it, in process) and the
+filter alone (microseconds per chunk fed). Prints markdown tables; asserts nothing.
 """
 
 from __future__ import annotations
@@ -53,9 +53,10 @@ def turns(count: int) -> list[tuple[str, tuple[str, str] | None]]:
     return out
 
 
-def app(placement: str, upstream: ScriptedUpstream, folder: Path, tokens: TokenCounter) -> TestClient:
+def app(name: str, upstream: ScriptedUpstream, folder: Path, tokens: TokenCounter,
+        placement: str) -> TestClient:
     config = Config.model_validate({
-        "database": {"url": f"sqlite:///{folder / f'{placement}.db'}"},
+        "database": {"url": f"sqlite:///{folder / f'{name}.db'}"},
         "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": "k"},
         "memory": {"agent": {"provider": "openai", "model": AGENT_MODEL, "api_base": upstream.url,
                              "api_key": "k", "placement": placement}},
@@ -70,7 +71,7 @@ def play(placement: str, count: int, upstream: ScriptedUpstream, folder: Path,
     """Play the turns on a fresh app; the upstream calls and tokens they cost."""
     main_before, agent_before = len(upstream.received(MAIN_MODEL)), len(upstream.received(AGENT_MODEL))
     marker_tokens = agent_output = 0
-    with app(placement, upstream, folder, tokens) as client:
+    with app(placement, upstream, folder, tokens, placement) as client:
         conversation_id = None
         for message, fact in turns(count):
             reply = ANSWER
@@ -102,30 +103,39 @@ def play(placement: str, count: int, upstream: ScriptedUpstream, folder: Path,
     }
 
 
-def stream_timing(placement: str, upstream: ScriptedUpstream, folder: Path,
-                  tokens: TokenCounter, requests: int) -> tuple[float, float]:
-    """Median time to the first chunk (ms) and per chunk after it (µs) of streamed /v1 replies
-    of 200 chunks."""
+def stream_timing(upstream: ScriptedUpstream, folder: Path, tokens: TokenCounter,
+                  requests: int) -> dict[str, tuple[float, float]]:
+    """Per placement: median time to the first chunk (ms) and per chunk after it (µs) of
+    streamed /v1 replies of 200 chunks, the two apps taking turns (so load hits both alike)."""
     pieces = [f"word{i} " for i in range(199)] + ["[MEMORY: city = Berlin]"]
-    first, per_chunk = [], []
-    with app(placement, upstream, folder, tokens) as client:
+    samples: dict[str, tuple[list[float], list[float]]] = {
+        p: ([], []) for p in ("separate", "inline")}
+    clients = {p: app(f"{p}-stream", upstream, folder, tokens, p) for p in samples}
+    for client in clients.values():
+        client.__enter__()
+    try:
         for _ in range(requests):
-            upstream.script(MAIN_MODEL, Reply(chunks=pieces))
-            started = time.perf_counter()
-            ttfb = None
-            with client.stream("POST", "/v1/chat/completions", json={
-                "model": f"openai/{MAIN_MODEL}", "stream": True,
-                "messages": [{"role": "user", "content": "Tell me a story."}],
-            }) as response:
-                for _line in response.iter_lines():
-                    if ttfb is None:
-                        ttfb = time.perf_counter() - started
-            total = time.perf_counter() - started
-            assert ttfb is not None
-            first.append(ttfb * 1e3)
-            per_chunk.append((total - ttfb) / len(pieces) * 1e6)
-            wait_agents_idle(client)
-    return statistics.median(first), statistics.median(per_chunk)
+            for placement, client in clients.items():
+                upstream.script(MAIN_MODEL, Reply(chunks=pieces))
+                started = time.perf_counter()
+                ttfb = None
+                with client.stream("POST", "/v1/chat/completions", json={
+                    "model": f"openai/{MAIN_MODEL}", "stream": True,
+                    "messages": [{"role": "user", "content": "Tell me a story."}],
+                }) as response:
+                    for _line in response.iter_lines():
+                        if ttfb is None:
+                            ttfb = time.perf_counter() - started
+                total = time.perf_counter() - started
+                assert ttfb is not None
+                samples[placement][0].append(ttfb * 1e3)
+                samples[placement][1].append((total - ttfb) / len(pieces) * 1e6)
+                wait_agents_idle(client)
+    finally:
+        for client in clients.values():
+            client.__exit__(None, None, None)
+    return {p: (statistics.median(first), statistics.median(chunk))
+            for p, (first, chunk) in samples.items()}
 
 
 def filter_cost(repeats: int) -> tuple[float, float]:
@@ -154,8 +164,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as name:
             folder = Path(name)
             results = {p: play(p, count, upstream, folder, tokens) for p in ("separate", "inline")}
-            timing = {p: stream_timing(p, upstream, folder, tokens, 5 if quick else 50)
-                      for p in ("separate", "inline")}
+            timing = stream_timing(upstream, folder, tokens, 5 if quick else 50)
     finally:
         upstream.stop()
     scale = 100 / count
