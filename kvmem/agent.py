@@ -212,7 +212,10 @@ class MemoryAgent:
         self, run: AgentRun, user_id: str, markers: Sequence[Marker]
     ) -> None:
         try:
-            await self._apply(run, user_id, markers, self._apply_marker)
+            await self._apply(run, user_id, markers[:MAX_TOOL_CALLS], self._apply_marker)
+            for marker in markers[MAX_TOOL_CALLS:]:
+                run.record(MemoryUpdate(marker.op, marker.key, marker.value,
+                                        error=f"not applied: at most {MAX_TOOL_CALLS} markers per reply"))
             run.state = "done"
         except (asyncio.CancelledError, DeadlinePassed):
             run.state = "timeout"

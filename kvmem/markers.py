@@ -27,7 +27,7 @@ The rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 SET_OPENER = "[MEMORY:"
 FORGET_OPENER = "[FORGET:"
@@ -50,15 +50,6 @@ class Marker:
     key: str
     value: str | None = None
     error: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        """The marker as it reads in a test or a log."""
-        body: dict[str, Any] = {"op": self.op, "key": self.key}
-        if self.value is not None:
-            body["value"] = self.value
-        if self.error is not None:
-            body["error"] = self.error
-        return body
 
 
 def parse_marker(text: str) -> Marker:

@@ -259,3 +259,14 @@ def test_a_marker_the_client_left_before_is_not_applied(upstream, chat_sections,
     upstream.wait_ended(upstream.received(MAIN_MODEL)[0], timeout=10)
     assert httpx.get(f"{server.url}/memory").json()["memories"] == []
     assert httpx.get(f"{server.url}/memory/history").json()["changes"] == []
+
+
+def test_markers_past_sixteen_are_reported_and_not_applied(upstream, chat_sections, make_client):
+    client = make_client(**chat_sections(agent=INLINE))
+    upstream.script(MAIN_MODEL, Reply(content="Ok." + "".join(f"[MEMORY: k{i} = v]" for i in range(17))))
+    body = client.post("/chat", json={"message": "Remember these."}).json()
+    assert body == chat_reply(body["conversation_id"], "Ok.", [], "done", [
+        *({"op": "set", "key": f"k{i}", "value": "v"} for i in range(16)),
+        {"op": "set", "key": "k16", "value": "v", "error": "not applied: at most 16 markers per reply"},
+    ])
+    assert sorted(memories(client)) == sorted(f"k{i}" for i in range(16))
