@@ -195,22 +195,20 @@ async def _strip_streamed(
     place); what the filter still holds goes out with the chunk that carries the
     `finish_reason`, or in one more chunk if the stream ends without one."""
     last: Chunk | None = None
-    finished = False
     try:
         async for chunk in chunks:
             choices = chunk.get("choices") or []
             delta = choices[0].get("delta") if choices else None
-            if isinstance(delta, dict) and not finished:
+            if isinstance(delta, dict):
                 content = delta.get("content")
                 text = markers.feed(content) if isinstance(content, str) else ""
                 if choices[0].get("finish_reason") is not None:
-                    finished = True
                     text += markers.finish()
                 if isinstance(content, str) or text:
                     delta["content"] = text
                 last = chunk
             yield chunk
-        rest = "" if finished else markers.finish()
+        rest = markers.finish()  # the stream ended without a finish_reason, or went on after it
         if rest and last is not None:
             choice = last["choices"][0]
             yield {**last, "choices": [{**choice, "delta": {"content": rest},

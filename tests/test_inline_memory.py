@@ -3,7 +3,10 @@ of every route's reply (whole or streamed) and applies them; no agent call is ma
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -11,7 +14,10 @@ import pytest
 from pydantic import ValidationError
 
 from kvmem.config import Config
+from kvmem.main_call import MainCall
+from kvmem.markers import Marker
 from kvmem.prompts import BLOCK_PREAMBLE, render_marker_instructions
+from kvmem.provider import Target
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, sse_events
 from tests.support.matchers import ISO_TIME
 from tests.support.upstream import Reply
@@ -270,3 +276,50 @@ def test_markers_past_sixteen_are_reported_and_not_applied(upstream, chat_sectio
         {"op": "set", "key": "k16", "value": "v", "error": "not applied: at most 16 markers per reply"},
     ])
     assert sorted(memories(client)) == sorted(f"k{i}" for i in range(16))
+
+
+class Memory:
+    """A memory service that notes the markers handed to it (for `MainCall` alone)."""
+
+    config = Config()
+
+    def __init__(self) -> None:
+        self.applied: list[list[Marker]] = []
+
+    def apply_markers(self, memory: Any, user_id: str, markers: list[Marker]) -> None:
+        self.applied.append(list(markers))
+
+    def main_ended(self, memory: Any) -> None:
+        pass
+
+
+class Chunks:
+    """A client that streams `chunks` and stops (no finish_reason)."""
+
+    def __init__(self, chunks: list[dict[str, Any]]) -> None:
+        self.chunks = chunks
+
+    async def stream(self, *args: Any, **kwargs: Any) -> AsyncGenerator[dict[str, Any], None]:
+        for chunk in self.chunks:
+            yield chunk
+
+
+async def contents(chunks: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[str, None]:
+    async for chunk in chunks:
+        yield chunk["choices"][0]["delta"]["content"]
+
+
+def test_a_stream_that_ends_without_a_finish_reason_releases_what_was_held() -> None:
+    def chunk(text: str) -> dict[str, Any]:
+        return {"id": "c", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+
+    async def run() -> tuple[list[str], list[list[Marker]]]:
+        memory = Memory()
+        call = MainCall(memory, Chunks([chunk("Hi [FORGET: a]"), chunk(" [M")]),  # type: ignore[arg-type]
+                        SimpleNamespace(inline=True), Target("m"), [], "alice")  # type: ignore[arg-type]
+        stream = await call.stream(contents, str)  # type: ignore[arg-type]
+        pieces = [piece async for piece in stream]
+        await stream.aclose()
+        return pieces, memory.applied
+
+    assert asyncio.run(run()) == (["Hi", "", "  [M"], [[Marker("delete", "a")]])
