@@ -52,6 +52,7 @@ from kvmem.errors import (
     UserErased,
 )
 from kvmem.intent import IntentGate
+from kvmem.markers import Marker
 from kvmem.metrics import Metrics
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
 from kvmem.proposals import ProposalStore
@@ -214,6 +215,58 @@ class MemoryAgent:
         if deadline is not None:
             run.expire_at(deadline)
         return run
+
+    def apply_markers(
+        self, run: AgentRun, user_id: str, markers: Sequence[Marker]
+    ) -> None:
+        """Apply an inline run's markers (`placement: inline`, collected from the main reply
+        when it ended) as a tracked task, with every check of a tool call, before the run's
+        deadline; a run without markers is `done` at once."""
+        if not markers:
+            run.state = "done"
+            self.outcomes["done"] += 1
+            self.metrics.agent_runs.labels(state="done").inc()
+            return
+        assert run._loop is not None
+        run.task = run._loop.create_task(self._run_markers(run, user_id, markers))
+        self._tasks.add(run.task)
+        self._runs.add(run)
+        run.task.add_done_callback(self._tasks.discard)
+        run.task.add_done_callback(lambda _: self._runs.discard(run))
+
+    async def _run_markers(
+        self, run: AgentRun, user_id: str, markers: Sequence[Marker]
+    ) -> None:
+        try:
+            await self._apply(run, user_id, markers[:MAX_TOOL_CALLS], self._apply_marker)
+            for marker in markers[MAX_TOOL_CALLS:]:
+                run.record(MemoryUpdate(marker.op, marker.key, marker.value,
+                                        error=f"not applied: at most {MAX_TOOL_CALLS} markers per reply"))
+            run.state = "done"
+        except (asyncio.CancelledError, DeadlinePassed):
+            run.state = "timeout"
+            log.info("memory markers cut off at their deadline: user=%s conversation=%s",
+                     user_id, run.conversation_id)
+        except Exception as exc:  # the markers must never take the chat down with them
+            run.state = "failed"
+            log.warning("memory markers failed: user=%s conversation=%s: %s",
+                        user_id, run.conversation_id, self._scrubber.scrub(str(exc)))
+            self.last_error = AgentError(utcnow(), self._scrubber.summary(exc))
+            self.metrics.error("agent_failed")
+        finally:
+            self.outcomes[run.state] += 1
+            if run._timer is not None:
+                run._timer.cancel()
+            self.metrics.agent_runs.labels(state=run.state).inc()
+
+    async def _apply_marker(self, run: AgentRun, user_id: str, marker: Marker) -> tuple[str, bool]:
+        """Apply one marker of the main reply as the matching tool call would be (the hook
+        where a marker's write happens; a refused one is reported in `updates` with its error)."""
+        result, ok = ((marker.error, False) if marker.error is not None
+                      else await self._write(run, user_id, marker.key, marker.value))
+        if not ok:
+            run.record(MemoryUpdate(marker.op, marker.key, marker.value, error=result))
+        return result, ok
 
     @property
     def in_flight(self) -> int:

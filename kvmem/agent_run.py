@@ -29,13 +29,14 @@ class DeadlinePassed(Exception):
 
 @dataclass(frozen=True)
 class MemoryUpdate:
-    """One write the agent made."""
+    """One write the agent made, or (with `error`) an inline marker that was refused."""
 
     op: Literal["set", "delete"]
     key: str
     value: str | None = None
     # A proposal held for the person's review (`kvmem.proposals`), not a write.
     pending: bool = False
+    error: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The update as replies and `memory` events show it."""
@@ -44,6 +45,8 @@ class MemoryUpdate:
             body["value"] = self.value
         if self.pending:
             body["pending"] = True
+        if self.error is not None:
+            body["error"] = self.error
         return body
 
 
@@ -72,6 +75,15 @@ class AgentRun:
     _commits: int = 0
     _closed: bool = False
     _commit_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def pending(
+        cls, user_id: str, conversation_id: str | None, *, review: bool = False
+    ) -> AgentRun:
+        """An inline run: `running` from the start of the request, its task started only
+        when the main response ends (kvmem/agent.py `MemoryAgent.apply_markers`)."""
+        return cls(state="running", user_id=user_id, conversation_id=conversation_id,
+                   review=review, _loop=asyncio.get_running_loop())
 
     @classmethod
     def finished(cls, state: AgentState) -> AgentRun:

@@ -216,6 +216,10 @@ class AgentConfig(Section):
     trigger: Literal["always", "intent"] = "always"
     trigger_phrases: list[str] = Field(default_factory=list)
     mode: Literal["tools", "json"] = "tools"
+    # `separate`: the second model call above. `inline`: no second call; the main model is
+    # told to end its reply with [MEMORY: key = value] / [FORGET: key] markers, which kvmem
+    # cuts out of the reply and applies (kvmem/markers.py); provider and model are not needed.
+    placement: Literal["separate", "inline"] = "separate"
 
     @field_validator("trigger_phrases")
     @classmethod
@@ -315,8 +319,16 @@ class Config(Section):
             return False, "memory.agent is not configured"
         if not agent.enabled:
             return False, "memory.agent.enabled is false"
+        if agent.placement == "inline":
+            return True, "inline: the main model writes memory markers in its reply"
         if not agent.provider or not agent.model:
             return False, "memory.agent needs both provider and model"
         endpoint = self.custom_endpoint(agent.provider)
         via = f"custom endpoint {endpoint.name!r}" if endpoint else f"provider {agent.provider!r}"
         return True, f"model {agent.model!r} via {via}"
+
+    def inline_memory(self) -> bool:
+        """Whether the main model writes memory itself (`memory.agent.placement: inline`)."""
+        agent = self.memory.agent
+        return (not self.memory.disabled and agent is not None and agent.enabled
+                and agent.placement == "inline")

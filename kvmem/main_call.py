@@ -7,16 +7,23 @@ agent's grace period starts and the upstream stream is closed, exactly once. `Ma
 owns that; a route only turns its request into messages and the model's chunks into its
 own reply shape (`Render`), and says how an error looks once a stream has started.
 
+Under `placement: inline` the call also cuts the memory markers out of the model's reply
+(kvmem/markers.py) before any route sees it, whole or streamed: a streamed chunk's
+`choices[0].delta.content` is rewritten to the text a client may see. When the call ends the
+markers the reply closed go to `MemoryService.apply_markers`.
+
 It knows nothing of HTTP: a `MainStream` is the body iterator a streamed response sends, and
 closing it (started or not) ends the call.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from kvmem.errors import KvmemError
+from kvmem.markers import MarkerFilter, marker_limit
 from kvmem.prompts import ChatLine, with_memory
 from kvmem.provider import ModelClient, Target
 from kvmem.turn_memory import MemoryService, TurnMemory
@@ -49,15 +56,26 @@ class MainCall:
         self._params = params or {}
         self._chunks: AsyncIterator[Chunk] | None = None
         self._ended = False
+        self._markers = (
+            MarkerFilter(marker_limit(memory_service.config.memory.char_limit))
+            if memory.inline else None
+        )
 
     async def complete(self) -> dict[str, Any]:
-        """The whole answer (an OpenAI `chat.completion` dict); the call has ended on return."""
+        """The whole answer (an OpenAI `chat.completion` dict); the call has ended on return,
+        and an inline turn's markers are applied (or their deadline has passed)."""
         try:
-            return await self._client.complete(
+            response = await self._client.complete(
                 self._target, self.messages, self._user_id, **self._params
             )
+            if self._markers is not None:
+                _strip_whole(response, self._markers)
+            return response
         finally:
             self.end()
+            if self._markers is not None and self.memory.run.task is not None:
+                # asyncio.wait, not await: a client that goes away must not cancel the writes.
+                await asyncio.wait({self.memory.run.task})
 
     async def stream(
         self,
@@ -72,6 +90,8 @@ class MainCall:
         it, `on_error` renders the failure as the stream's last piece.
         """
         chunks = self._client.stream(self._target, self.messages, self._user_id, **self._params)
+        if self._markers is not None:
+            chunks = _strip_streamed(chunks, self._markers)
         self._chunks = chunks
         held: list[Chunk] = []
         try:
@@ -88,6 +108,9 @@ class MainCall:
         """The main response is complete (or failed): start the agent's grace period, once."""
         if not self._ended:
             self._ended = True
+            if self._markers is not None:
+                self._memory_service.apply_markers(self.memory, self._user_id,
+                                                   self._markers.markers)
             self._memory_service.main_ended(self.memory)
 
     async def close(self) -> None:
@@ -155,6 +178,43 @@ class MainStream:
             yield self._on_error(exc)
         finally:
             await rendered.aclose()
+
+
+def _strip_whole(response: dict[str, Any], markers: MarkerFilter) -> None:
+    """Cut the markers out of a whole answer's first choice (in place)."""
+    choices = response.get("choices") or []
+    message = choices[0].get("message") if choices else None
+    if isinstance(message, dict) and isinstance(message.get("content"), str):
+        message["content"] = markers.feed(message["content"]) + markers.finish()
+
+
+async def _strip_streamed(
+    chunks: AsyncIterator[Chunk], markers: MarkerFilter
+) -> AsyncGenerator[Chunk, None]:
+    """The chunks with the markers cut out of their first choice's `delta.content` (in
+    place); what the filter still holds goes out with the chunk that carries the
+    `finish_reason`, or in one more chunk if the stream ends without one."""
+    last: Chunk | None = None
+    try:
+        async for chunk in chunks:
+            choices = chunk.get("choices") or []
+            delta = choices[0].get("delta") if choices else None
+            if isinstance(delta, dict):
+                content = delta.get("content")
+                text = markers.feed(content) if isinstance(content, str) else ""
+                if choices[0].get("finish_reason") is not None:
+                    text += markers.finish()
+                if isinstance(content, str) or text:
+                    delta["content"] = text
+                last = chunk
+            yield chunk
+        rest = markers.finish()  # the stream ended without a finish_reason, or went on after it
+        if rest and last is not None:
+            choice = last["choices"][0]
+            yield {**last, "choices": [{**choice, "delta": {"content": rest},
+                                        "finish_reason": None}]}
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
 
 
 def message_text(content: Any) -> str:

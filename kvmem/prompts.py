@@ -203,3 +203,27 @@ MAX_CHARS_PER_TOKEN = 128
 def _last_chars(text: str, max_tokens: int) -> str:
     limit = max_tokens * MAX_CHARS_PER_TOKEN
     return text if len(text) <= limit else text[-limit:]
+
+
+KEY_FORMAT = "lowercase letters, digits and _, starting with a letter (at most 128 characters)"
+
+
+def render_marker_instructions(valid_keys: Sequence[str] | None, char_limit: int) -> str:
+    """What the main model is told under `placement: inline`: how to write memory markers
+    (kvmem/markers.py), with the keys it may use."""
+    keys = (f"Use only these keys: {', '.join(valid_keys)}." if valid_keys
+            else f"Keys are {KEY_FORMAT}.")
+    return f"""\
+You can change what is remembered about the user. Only when the user asks you to remember, update or forget \
+something, end your reply with one marker per change, each on its own line:
+[MEMORY: key = value] stores or replaces the value of key (at most {char_limit} characters, \
+no "]");
+[FORGET: key] forgets key.
+{keys} A value replaces what the key held, so merge what should be kept into it. Never \
+write a marker for things merely mentioned, and never mention the markers to the user; \
+they are removed from your reply."""
+
+
+def with_marker_instructions(block: str, instructions: str) -> str:
+    """The memory block followed by the marker instructions (either may be empty)."""
+    return "\n\n".join(part for part in (block, instructions) if part)

@@ -20,12 +20,19 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from kvmem.agent import MemoryAgent
-from kvmem.agent_run import AgentRun
+from kvmem.agent_run import AgentRun, AgentState
 from kvmem.config import Config
 from kvmem.errors import BadRequest, StoreUnavailable
-from kvmem.prompts import ChatLine, entries_within, render_memory_block
-from kvmem.run_slots import RunSlot
+from kvmem.markers import Marker
+from kvmem.prompts import (
+    ChatLine,
+    entries_within,
+    render_marker_instructions,
+    render_memory_block,
+    with_marker_instructions,
+)
 from kvmem.proposals import review_in_effect
+from kvmem.run_slots import RunSlot
 from kvmem.store import Entry, MemoryStore, Snapshot
 
 log = logging.getLogger("kvmem.turn_memory")
@@ -65,6 +72,9 @@ class TurnMemory:
     block: str
     injected: list[str]
     run: AgentRun
+    # `placement: inline`: the block ends with the marker instructions, and the main call
+    # cuts the markers out of the reply and hands them to `MemoryService.apply_markers`.
+    inline: bool = False
 
     def as_json(self) -> dict[str, Any]:
         """The `memory` object of a /chat reply, as things stand now."""
@@ -95,6 +105,12 @@ class MemoryService:
         self._blocks: dict[str, tuple[Sequence[Entry], list[Entry], str]] = {}
         self._blocks_lock = threading.Lock()
         self.agent = agent
+        self.inline = config.inline_memory()
+        memory = config.memory
+        self.marker_instructions = (
+            (memory.agent and memory.agent.instructions)
+            or render_marker_instructions(memory.valid_keys, memory.char_limit)
+        )
 
     def window(self, messages: Sequence[ChatLine]) -> list[ChatLine]:
         """The last `messageWindowSize` user/assistant messages, ending at the newest user one."""
@@ -114,7 +130,8 @@ class MemoryService:
         """Read the user's memory, render the block and start the agent (before the main call)."""
         window = self.window(messages)
         newest = newest_user_text(messages)
-        slot = self._reserve(user_id, window, newest, temporary=temporary)
+        # An inline turn makes no agent call, so it takes no run slot.
+        slot = None if self.inline else self._reserve(user_id, window, newest, temporary=temporary)
         try:
             entries: list[Entry] = []
             snapshot, block, store_failed, over_budget, review = None, "", False, False, False
@@ -127,6 +144,11 @@ class MemoryService:
                     log.warning("memory unavailable, chatting without it: user=%s: %s",
                                 user_id, exc)
                     store_failed = True
+            if self.inline:
+                return self._begin_inline(
+                    user_id, conversation_id, entries, block, review,
+                    self._inline_verdict(temporary, store_failed, snapshot, window),
+                )
             state = self.agent.verdict(
                 temporary=temporary,
                 store_failed=store_failed,
@@ -164,6 +186,38 @@ class MemoryService:
             newest_message=newest,
         )
         return self.agent.reserve(user_id) if state is None else None
+
+    @staticmethod
+    def _inline_verdict(
+        temporary: bool, store_failed: bool, snapshot: Snapshot | None, window: list[ChatLine]
+    ) -> AgentState | None:
+        """Why the main model gets no marker instructions, as the agent state; None when it
+        does. There is no call to save, so the intent gate and the budget do not apply."""
+        if temporary:
+            return "skipped"
+        if store_failed:
+            return "failed"
+        assert snapshot is not None
+        if not snapshot.memories_enabled or not window:
+            return "skipped"
+        return None
+
+    def _begin_inline(
+        self,
+        user_id: str,
+        conversation_id: str | None,
+        entries: list[Entry],
+        block: str,
+        review: bool,
+        state: AgentState | None,
+    ) -> TurnMemory:
+        """An inline turn: the block followed by the marker instructions, and a run that
+        applies the markers once the main response ends (`main_ended`)."""
+        keys = [e.key for e in entries]
+        if state is not None:
+            return TurnMemory(block, keys, self.agent.not_run(state, user_id, conversation_id))
+        block = with_marker_instructions(block, self.marker_instructions)
+        return TurnMemory(block, keys, AgentRun.pending(user_id, conversation_id, review=review), inline=True)
 
     async def context(self, user_id: str) -> MemoryContext:
         """The block a chat request of this user would get now (`StoreUnavailable` if the
@@ -270,6 +324,12 @@ class MemoryService:
         if agent.daily_token_budget is None or agent.usage is None or not agent.enabled:
             return False
         return agent.is_over_budget(agent.tokens_today(user_id))
+
+    def apply_markers(self, memory: TurnMemory, user_id: str, markers: Sequence[Marker]) -> None:
+        """An inline turn's main response is complete: apply the `markers` its reply closed
+        (once; `main_ended` then starts their grace period)."""
+        if memory.inline and memory.run.state == "running" and memory.run.task is None:
+            self.agent.apply_markers(memory.run, user_id, markers)
 
     def main_ended(self, memory: TurnMemory) -> None:
         """The main response is complete: start the agent's grace period."""

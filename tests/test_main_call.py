@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -53,7 +54,8 @@ class FakeClient:
 
 
 def call_of(client: FakeClient, memory: FakeMemory) -> MainCall:
-    return MainCall(memory, client, object(), Target("m"), [], "alice")  # type: ignore[arg-type]
+    turn = SimpleNamespace(inline=False)  # a turn under `placement: separate`
+    return MainCall(memory, client, turn, Target("m"), [], "alice")  # type: ignore[arg-type]
 
 
 def text(n: int) -> dict[str, Any]:
