@@ -1,7 +1,8 @@
 """Reading memory.yaml: find it, drop what kvmem ignores, interpolate `${VAR}`, validate.
 
 Every error is a `ConfigError` whose message names the file, the field's path and what was
-expected; unknown fields get the closest valid name as a suggestion.
+expected. An unknown field, and a top-level section or custom-endpoint field that is ignored,
+gets every valid name it is a typo of as a suggestion, best first (see `_near_misses`).
 """
 
 from __future__ import annotations
@@ -109,11 +110,13 @@ def _drop_ignored(raw: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
         if name in Config.model_fields:
             data[name] = value
         else:
-            warnings.append(f"ignoring top-level section {name!r} (not used by kvmem)")
+            warnings.append(f"ignoring top-level section {name!r} (not used by kvmem)"
+                            + _did_you_mean(_near_misses(str(name), Config.model_fields)))
     endpoints = data.get("endpoints")
     if isinstance(endpoints, dict):
         for name in [n for n in endpoints if n != "custom"]:
-            warnings.append(f"ignoring endpoints.{name} (kvmem reads only endpoints.custom)")
+            warnings.append(f"ignoring endpoints.{name} (kvmem reads only endpoints.custom)"
+                            + _did_you_mean(_near_misses(str(name), {"custom": "custom"})))
             del endpoints[name]
         custom = endpoints.get("custom")
         if isinstance(custom, list):
@@ -125,18 +128,23 @@ def _drop_ignored(raw: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
 
 
 def _drop_custom_extras(
-    entry: Any, field: str, warnings: list[str], known: set[str] | None = None
+    entry: Any, field: str, warnings: list[str], known: Mapping[str, Any] | None = None
 ) -> Any:
     if not isinstance(entry, dict):
         return entry
-    known = _field_names(CustomEndpoint) if known is None else known
+    known = _fields_by_name(CustomEndpoint) if known is None else known
     kept = {}
     for name, value in entry.items():
         if name == "models" and isinstance(value, dict):
             # kvmem never fetches a model list: only `models.default` means something here.
-            value = _drop_custom_extras(value, f"{field}.models", warnings, known={"default"})
+            value = _drop_custom_extras(
+                value, f"{field}.models", warnings, known={"default": "default"}
+            )
         if name in known:
             kept[name] = value
+        elif meant := _near_misses(str(name), known):
+            # A typo of a field kvmem uses: ignored all the same (LibreChat's rule), but named.
+            warnings.append(f"ignoring {field}.{name} (unknown field){_did_you_mean(meant)}")
         else:
             warnings.append(f"ignoring {field}.{name} (a LibreChat field kvmem does not use)")
     return kept
@@ -170,9 +178,7 @@ def _describe(exc: ValidationError, path: Path) -> str:
         field = _loc(error["loc"])
         if error["type"] == "extra_forbidden":
             message = "unknown field"
-            suggestion = _closest(error["loc"])
-            if suggestion:
-                message += f"; did you mean {suggestion!r}?"
+            message += _did_you_mean(_suggestions(error["loc"]))
         else:
             message = error["msg"]
             if error["type"] not in ("value_error", "missing") and not _is_secret(error["loc"]):
@@ -192,20 +198,71 @@ def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else str(name)
 
 
-def _closest(loc: tuple[Any, ...]) -> str | None:
-    """The valid field name closest to the unknown last element of `loc`."""
+def _suggestions(loc: tuple[Any, ...]) -> list[str]:
+    """The valid names the unknown last element of `loc` may have meant, best first: every
+    field it is a typo of, else the one field most like it (if any is much like it)."""
     model: Any = Config
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
         field = _fields_by_name(model).get(part)
         if field is None:
-            return None
+            return []
         model = _model_of(field.annotation)
         if model is None:
-            return None
-    matches = difflib.get_close_matches(str(loc[-1]), sorted(_field_names(model)), n=1, cutoff=0.5)
-    return matches[0] if matches else None
+            return []
+    name, fields = str(loc[-1]), _fields_by_name(model)
+    return _near_misses(name, fields) or difflib.get_close_matches(
+        name, sorted(fields), n=1, cutoff=0.5
+    )
+
+
+def _near_misses(name: str, spellings: Mapping[str, Any]) -> list[str]:
+    """The valid names that `name` is a typo of, best first; `spellings` maps each valid
+    name to its field, and a field with several (aliases) is named once, by the nearest.
+
+    A typo is at most a quarter of the name's letters (at least one) inserted, deleted,
+    replaced or swapped with a neighbour, case ignored (`modle`: `model` and `mode` are
+    both one edit away). Ties go to the name of the typed length: a swap keeps every
+    letter, so `modle` is `model` before it is `mode`.
+    """
+    bound = max(1, len(name) // 4)
+    nearest: dict[int, tuple[tuple[int, int, str], str]] = {}
+    for spelling, field in spellings.items():
+        rank = _typo_rank(name, spelling)
+        if rank[0] <= bound and (id(field) not in nearest or rank < nearest[id(field)][0]):
+            nearest[id(field)] = (rank, spelling)
+    return [spelling for _rank, spelling in sorted(nearest.values())]
+
+
+def _typo_rank(name: str, other: str) -> tuple[int, int, str]:
+    return _edits(name.lower(), other.lower()), abs(len(other) - len(name)), other
+
+
+def _edits(a: str, b: str) -> int:
+    """How many single-letter insertions, deletions, replacements and swaps of neighbours
+    turn `a` into `b` (the optimal string alignment distance)."""
+    before: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        current = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            current[j] = min(
+                previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] != b[j - 1])
+            )
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                current[j] = min(current[j], before[j - 2] + 1)
+        before, previous = previous, current
+    return previous[-1]
+
+
+def _did_you_mean(names: list[str]) -> str:
+    """`; did you mean 'a', 'b' or 'c'?`, or '' for no names."""
+    if not names:
+        return ""
+    quoted = [repr(name) for name in names]
+    listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+    return f"; did you mean {listed}?"
 
 
 def _is_secret(loc: tuple[Any, ...]) -> bool:
@@ -235,10 +292,6 @@ def _fields_by_name(model: type[BaseModel]) -> dict[str, Any]:
         for alias in _aliases(name, field):
             fields[alias] = field
     return fields
-
-
-def _field_names(model: type[BaseModel]) -> set[str]:
-    return set(_fields_by_name(model))
 
 
 def _aliases(name: str, field: Any) -> list[str]:

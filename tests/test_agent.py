@@ -628,6 +628,26 @@ def test_the_commit_guard_refuses_a_write_after_the_deadline(make_store):
     assert [e.key for e in store.snapshot("local").entries] == ["city", "name"]
 
 
+def test_a_commit_guard_refuses_a_write_after_the_deadline_and_admits_one_before(make_store):
+    """The guard the agent's writes carry (`AgentRun.commit_guard`) checks the deadline
+    itself: past it, the commit is refused and not counted as in flight."""
+    store = make_store()
+    late = AgentRun(state="running", deadline=time.monotonic() - 0.01)
+    refused = late.commit_guard()
+    with pytest.raises(DeadlinePassed):
+        store.set("local", "name", "Ada", "agent", guard=refused)
+    assert (refused.admitted, late._commits) == (False, 0)
+    assert store.snapshot("local").entries == ()
+
+    in_time = AgentRun(state="running", deadline=time.monotonic() + 60)
+    admitted = in_time.commit_guard()
+    store.set("local", "name", "Ada", "agent", guard=admitted)
+    assert (admitted.admitted, in_time._commits) == (True, 1)
+    admitted.release()
+    assert (admitted.admitted, in_time._commits) == (False, 0)
+    assert [(e.key, e.value) for e in store.snapshot("local").entries] == [("name", "Ada")]
+
+
 @contextmanager
 def sqlite_write_lock_held(database: Database, database_url: str) -> Iterator[Callable[[], bool]]:
     """Hold SQLite's write lock from another connection (`BEGIN IMMEDIATE`, as another

@@ -246,6 +246,24 @@ def test_hostile_values_cannot_break_out_of_the_block(upstream, chat_sections, m
         assert unescape(match.group(2)) == stored[key]
 
 
+def test_a_lone_angle_bracket_reaches_both_models_escaped(upstream, chat_sections, make_client):
+    """A value whose one special character is `<` is escaped too, in the main request's
+    block and in the agent's input (values with nothing to escape are passed as they are)."""
+    client = make_client(**chat_sections())
+    put = client.put("/memory/rule", json={"value": "x < y"})
+    assert put.status_code == 201
+    token_count = put.json()["memory"]["token_count"]
+    day = dates(client)["rule"]
+    assert client.post("/chat", json={"message": "hi"}).status_code == 200
+    wait_agents_idle(client)
+    (main,) = upstream.received(MAIN_MODEL)
+    assert main.system == block(f"[{day}] rule: x \\u003c y")
+    (agent,) = upstream.received(AGENT_MODEL)
+    agent_input = agent.messages[1]["content"].splitlines()
+    assert f"- rule ({token_count} tokens): x \\u003c y" in agent_input
+    assert [line for line in agent_input if "<" in line] == []
+
+
 def test_a_lowered_token_limit_injects_the_newest_that_fit(
     upstream, chat_sections, make_client, make_store, make_value
 ):

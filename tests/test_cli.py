@@ -366,6 +366,7 @@ def test_config_option_is_accepted_everywhere(folder: Path) -> None:
 def test_config_problems_exit_2_naming_the_field(tmp_path: Path) -> None:
     files = {
         "typo.yaml": "memory:\n  tokenLimt: 5\n",
+        "modle.yaml": "memory:\n  agent: {provider: openai, modle: m}\n",
         "unset.yaml": "memory:\n  agent: {provider: openai, model: m, apiKey: '${KVMEM_TEST_UNSET_VAR}'}\n",
     }
     for name, text in files.items():
@@ -374,17 +375,20 @@ def test_config_problems_exit_2_naming_the_field(tmp_path: Path) -> None:
         ["memory", "list", "--config", "typo.yaml"],
         ["keys", "list", "--config", "unset.yaml"],
         ["check", "--config", "missing.yaml"],
+        ["check", "--config", "modle.yaml"],
         ["memory", "set", "facts"],  # bad usage: a missing argument
     ]
     results = run_all(commands, tmp_path)
     assert [(r.code, r.stdout) for r in results] == [(2, "")] * len(commands)
-    assert [r.stderr for r in results[:3]] == [
+    assert [r.stderr for r in results[:4]] == [
         "kvmem: typo.yaml: invalid config:\n  memory.tokenLimt: unknown field; did you mean 'tokenLimit'?\n",
         "kvmem: unset.yaml: memory.agent.apiKey: environment variable KVMEM_TEST_UNSET_VAR is not set "
         "(write ${KVMEM_TEST_UNSET_VAR:-default} to give a default)\n",
         "kvmem: missing.yaml: cannot read the config file: No such file or directory\n",
+        "kvmem: modle.yaml: invalid config:\n"
+        "  memory.agent.modle: unknown field; did you mean 'model' or 'mode'?\n",
     ]
-    assert "Error: Missing argument 'VALUE'." in results[3].stderr
+    assert "Error: Missing argument 'VALUE'." in results[4].stderr
 
 
 def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> None:

@@ -300,6 +300,15 @@ def test_a_missing_variable_names_variable_field_and_file(write_config: WriteCon
         ("memory:\n  validkeys: [a]\n", "memory.validkeys: unknown field; did you mean 'validKeys'?"),
         ("memory:\n  agent:\n    modell: x\n", "memory.agent.modell: unknown field; did you mean 'model'?"),
         ("memory:\n  agent:\n    mod: json\n", "memory.agent.mod: unknown field; did you mean 'mode'?"),
+        # A swap keeps every letter: people who type `modle` mean `model` before `mode`.
+        ("memory:\n  agent:\n    modle: x\n",
+         "memory.agent.modle: unknown field; did you mean 'model' or 'mode'?"),
+        ("memory:\n  agent:\n    mdoe: json\n", "memory.agent.mdoe: unknown field; did you mean 'mode'?"),
+        # One name per field: the spelling nearest the typo of a field with aliases.
+        ("memory:\n  agent:\n    apikey: k\n", "memory.agent.apikey: unknown field; did you mean 'apiKey'?"),
+        ("memory:\n  agent:\n    api_kye: k\n", "memory.agent.api_kye: unknown field; did you mean 'api_key'?"),
+        # Further than a typo from every field: the one field most like it, as before.
+        ("chat:\n  system_message: x\n", "chat.system_message: unknown field; did you mean 'system_prompt'?"),
         ("server:\n  prot: 8700\n", "server.prot: unknown field; did you mean 'port'?"),
         ("auth:\n  service_key: [x]\n", "auth.service_key: unknown field; did you mean 'service_keys'?"),
         ("memory:\n  zzzzzz: 1\n", "memory.zzzzzz: unknown field"),
@@ -312,6 +321,89 @@ def test_unknown_fields_name_the_path_and_suggest(
     with pytest.raises(ConfigError) as raised:
         load_config(path, environ={})
     assert str(raised.value) == f"{path}: invalid config:\n  {problem}"
+
+
+def test_every_near_miss_in_the_config_is_named_with_its_full_path(
+    write_config: WriteConfig,
+) -> None:
+    path = write_config("""\
+server: {prot: 8700, hots: 0.0.0.0}
+chat: {modle: m}
+memory:
+  tokenLimt: 10
+  agent: {provider: openai, modle: m, grace_secs: 2}
+  history: {keepDays: 5}
+""")
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, environ={})
+    assert str(raised.value).splitlines() == [
+        f"{path}: invalid config:",
+        "  server.prot: unknown field; did you mean 'port'?",
+        "  server.hots: unknown field; did you mean 'host'?",
+        "  chat.modle: unknown field; did you mean 'model'?",
+        "  memory.agent.modle: unknown field; did you mean 'model' or 'mode'?",
+        "  memory.agent.grace_secs: unknown field; did you mean 'grace_seconds'?",
+        "  memory.history.keepDays: unknown field; did you mean 'keep_days'?",
+        "  memory.tokenLimt: unknown field; did you mean 'tokenLimit'?",
+    ]
+
+
+def test_ignored_names_that_are_typos_of_kvmems_are_named_in_their_warnings(
+    write_config: WriteConfig,
+) -> None:
+    """Top-level sections and custom-endpoint fields kvmem does not know are ignored (a
+    pasted librechat.yaml carries many); a typo of one kvmem knows says which it meant."""
+    text = """\
+memroy: {tokenLimit: 10}
+endpoints:
+  custum: []
+  custom:
+    - name: g
+      apikey: k
+      baseUrl: https://gw.example/v1
+      models: {defualt: [m]}
+"""
+    loaded = load_config(write_config(text), environ={})
+    assert loaded.warnings == (
+        "ignoring top-level section 'memroy' (not used by kvmem); did you mean 'memory'?",
+        "ignoring endpoints.custum (kvmem reads only endpoints.custom); did you mean 'custom'?",
+        "ignoring endpoints.custom[0].apikey (unknown field); did you mean 'apiKey'?",
+        "ignoring endpoints.custom[0].baseUrl (unknown field); did you mean 'baseURL'?",
+        "ignoring endpoints.custom[0].models.defualt (unknown field); did you mean 'default'?",
+    )
+
+
+# LibreChat's own top-level sections, `endpoints` entries and custom-endpoint fields.
+LIBRECHAT_SECTIONS = [
+    "version", "cache", "fileStrategy", "secureImageLinks", "imageOutputType", "ocr",
+    "webSearch", "includedTools", "filteredTools", "mcpServers", "interface", "turnstile",
+    "registration", "balance", "transactions", "speech", "rateLimits", "actions",
+    "fileConfig", "modelSpecs", "agents",
+]
+LIBRECHAT_ENDPOINTS = [
+    "openAI", "azureOpenAI", "assistants", "azureAssistants", "agents", "anthropic",
+    "bedrock", "google", "gptPlugins", "all",
+]
+LIBRECHAT_CUSTOM_FIELDS = [
+    "iconURL", "titleConvo", "titleMethod", "titleModel", "titleMessageRole", "summarize",
+    "summaryModel", "forcePrompt", "modelDisplayLabel", "addParams", "dropParams",
+    "directEndpoint", "customParams", "customOrder",
+]
+
+
+def test_librechats_own_names_get_no_suggestion(write_config: WriteConfig) -> None:
+    custom = "".join(f"      {field}: 1\n" for field in LIBRECHAT_CUSTOM_FIELDS)
+    text = (
+        "".join(f"{section}: 1\n" for section in LIBRECHAT_SECTIONS)
+        + "endpoints:\n"
+        + "".join(f"  {endpoint}: {{}}\n" for endpoint in LIBRECHAT_ENDPOINTS)
+        + f"  custom:\n    - name: g\n{custom}      models: {{default: [m], fetch: true, userIdQuery: true}}\n"
+    )
+    warnings = load_config(write_config(text), environ={}).warnings
+    assert len(warnings) == (
+        len(LIBRECHAT_SECTIONS) + len(LIBRECHAT_ENDPOINTS) + len(LIBRECHAT_CUSTOM_FIELDS) + 2
+    )
+    assert [warning for warning in warnings if "did you mean" in warning] == []
 
 
 @pytest.mark.parametrize(

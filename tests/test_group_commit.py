@@ -280,3 +280,82 @@ def test_the_app_writes_through_the_writer_thread_and_stops_it(
     assert sorted(m["key"] for m in listed["memories"]) == sorted(f"k{n}" for n in range(20))
     client.__exit__(None, None, None)
     assert not any(t.name == "kvmem-writer" for t in threading.enumerate())
+
+
+# -- an answer comes only after the COMMIT ------------------------------------------------------
+
+DOOMED = "doomed"
+
+
+def doom_commits_writing(database: Database, key: str) -> None:
+    """Make the COMMIT of any transaction that writes `key` fail after all of its statements
+    went through: a trigger adds a row whose foreign key SQLite checks only at COMMIT
+    (deferred) and which never holds."""
+    with database.writing() as session:
+        session.execute(text(
+            "CREATE TABLE dangling (user_id TEXT REFERENCES users (id) "
+            "DEFERRABLE INITIALLY DEFERRED)"
+        ))
+        session.execute(text(
+            f"CREATE TRIGGER doom AFTER INSERT ON memory_entries WHEN NEW.key = '{key}' "
+            "BEGIN INSERT INTO dangling VALUES ('nobody'); END"
+        ))
+
+
+def test_a_write_whose_commit_fails_is_answered_with_the_error_alone(
+    batched: Callable[..., Batched], database: Database
+) -> None:
+    """A lone write through the writer thread: its statements succeed, its COMMIT fails; the
+    caller gets the error, never a success for a write the database does not hold."""
+    doom_commits_writing(database, DOOMED)
+    world = batched()
+    store = world.store
+    with pytest.raises(IntegrityError, match="FOREIGN KEY constraint failed"):
+        store.set("alice", DOOMED, "never committed")
+    assert world.batches == [1]  # it went through the writer thread, alone
+    assert store.snapshot("alice").entries == ()
+    assert changes(store, "alice") == []
+    assert versions(database) == {}
+    assert store.set("alice", "fine", "kept").created  # the writer thread goes on
+    assert [e.key for e in store.snapshot("alice").entries] == ["fine"]
+
+
+def test_a_batch_whose_commit_fails_answers_each_write_with_its_own_commit(
+    batched: Callable[..., Batched], database: Database
+) -> None:
+    """The batch's COMMIT fails after every write went through: no write is answered from
+    it; each runs again alone, and only the write that cannot commit gets an error."""
+    doom_commits_writing(database, DOOMED)
+    world = batched()
+    store = world.store
+    outcomes = world.run([
+        lambda: store.set("alice", "a", "one"),
+        lambda: store.set("bob", DOOMED, "two"),
+        lambda: store.set("carol", "c", "three"),
+    ])
+    assert world.batches == [1, 3]
+    alice, bob, carol = outcomes
+    assert isinstance(bob, IntegrityError) and "FOREIGN KEY constraint failed" in str(bob)
+    assert isinstance(alice, Written) and alice.created
+    assert isinstance(carol, Written) and carol.created
+    assert store.snapshot("bob").entries == ()
+    assert changes(store, "bob") == []
+    assert changes(store, "alice") == [("a", "set", None, "one")]
+    assert changes(store, "carol") == [("c", "set", None, "three")]
+    assert versions(database) == {"gatekeeper": 1, "alice": 1, "carol": 1}
+
+
+def test_a_put_whose_commit_fails_is_not_answered_2xx(
+    make_client: Callable[..., TestClient], database: Database
+) -> None:
+    """"A 2xx means committed": a PUT whose COMMIT fails is a 500, and nothing is stored."""
+    doom_commits_writing(database, DOOMED)
+    client = make_client()
+    response = client.put(f"/memory/{DOOMED}", json={"value": "never committed"})
+    assert (response.status_code, response.json()) == (500, {"error": {
+        "code": "internal_error", "message": "internal error; the server log has the details",
+    }})
+    missing = client.get(f"/memory/{DOOMED}")
+    assert missing.status_code == 404
+    assert client.get("/memory").json()["memories"] == []
+    assert client.get("/memory/history").json() == {"changes": [], "next": None}

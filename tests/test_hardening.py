@@ -121,7 +121,10 @@ MAIN_HEADER = "hdr-main-SECRET-2222"
 AGENT_KEY = "sk-agent-SECRET-3333"
 ENDPOINT_KEY = "sk-endpoint-SECRET-4444"
 ENDPOINT_HEADER = "hdr-endpoint-SECRET-5555"
-ALL_SECRETS = [MAIN_KEY, MAIN_HEADER, AGENT_KEY, ENDPOINT_KEY, ENDPOINT_HEADER]
+FRONT_END_SERVICE_KEY = "svc-SECRET-6666"
+ALL_SECRETS = [
+    MAIN_KEY, MAIN_HEADER, AGENT_KEY, ENDPOINT_KEY, ENDPOINT_HEADER, FRONT_END_SERVICE_KEY,
+]
 
 
 def secret_sections(
@@ -129,13 +132,15 @@ def secret_sections(
 ) -> dict[str, Any]:
     """Main model and agent on the scripted upstream, with keys and header secrets: the
     agent through the custom endpoint (its apiKey and headers), or with its own api_key;
-    `client` is `chat.client` (the conftest's `chat_client`)."""
+    a service key too (a front end's, which an upstream behind it may echo); `client` is
+    `chat.client` (the conftest's `chat_client`)."""
     agent: dict[str, Any] = {"model": AGENT_MODEL, "grace_seconds": 3}
     if agent_via_endpoint:
         agent["provider"] = "Gateway"
     else:
         agent.update(provider="openai", api_base=upstream.url, api_key=AGENT_KEY)
     return {
+        "auth": {"service_keys": [FRONT_END_SERVICE_KEY]},
         "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": MAIN_KEY,
                  "headers": {"X-Gateway-Key": MAIN_HEADER}, "timeout": 10, "client": client},
         "memory": {"agent": agent},
@@ -156,8 +161,10 @@ def failed(client: str, kind: str, text: str) -> str:
 
 def echo(agent_via_endpoint: bool) -> tuple[str, str]:
     """What an upstream echoing every configured secret says, and that text scrubbed."""
-    said = [MAIN_KEY, MAIN_HEADER, ENDPOINT_KEY, f"{ENDPOINT_HEADER}-local"]
-    scrubbed = ["***", "***", "***", "***local"]
+    said = [
+        MAIN_KEY, MAIN_HEADER, ENDPOINT_KEY, f"{ENDPOINT_HEADER}-local", FRONT_END_SERVICE_KEY,
+    ]
+    scrubbed = ["***", "***", "***", "***local", "***"]
     if not agent_via_endpoint:
         said.append(AGENT_KEY)
         scrubbed.append("***")

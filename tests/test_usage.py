@@ -4,6 +4,7 @@ token budget (in one process, and across two `kvmem serve` processes on one data
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -300,6 +301,42 @@ def test_the_budget_stops_the_agent_for_the_rest_of_the_day(
         ("done", 1, 10), ("done", 1, 10), ("over_budget", 0, 0),
     ]
     assert client.get("/usage?days=1").json()["totals"] == sums(4, 30, 15, None, 0)
+
+
+class HeldUsage(UsageStore):
+    """Writes run records only once `released` is set: until then they wait in the batch."""
+
+    def __init__(self, database: Database) -> None:
+        super().__init__(database)
+        self.released = threading.Event()
+
+    def record(self, *runs: RunUsage) -> None:
+        assert self.released.wait(10)
+        super().record(*runs)
+
+
+def test_the_budget_counts_runs_whose_records_are_not_written_yet(
+    make_client: MakeClient, chat_sections: Sections, upstream: Any, database: Database
+) -> None:
+    """Records are written in batches, a moment after their runs end: a run whose record
+    still waits counts against the budget all the same."""
+    client = make_client(**chat_sections(agent={"daily_token_budget": 15}))
+    agent = services(client).agent
+    held = HeldUsage(database)
+    agent.usage = held
+    try:
+        first = client.post("/chat", json={"message": "one"}).json()["memory"]["agent"]
+        assert first in ("running", "done")  # 15 tokens: the budget is reached
+        wait_until(lambda: agent.in_flight == 0, what="the first run ending")
+        assert (agent.recording, records(database)) == (1, [])  # its record is not written
+        second = client.post("/chat", json={"message": "two"})
+        assert second.json()["memory"] == {"injected": [], "agent": "over_budget", "updates": []}
+    finally:
+        held.released.set()
+    assert len(upstream.received(AGENT_MODEL)) == 1
+    recorded = wait_records(database, 2)
+    assert [(r["state"], r["model_calls"], r["input_tokens"], r["output_tokens"])
+            for r in recorded] == [("done", 1, 10, 5), ("over_budget", 0, 0, 0)]
 
 
 def test_a_budget_of_zero_allows_no_run(
