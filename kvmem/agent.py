@@ -247,6 +247,10 @@ class MemoryAgent:
             run.state = "timeout"
             log.info("memory markers cut off at their deadline: user=%s conversation=%s",
                      user_id, run.conversation_id)
+        except UserErased:
+            run.state = "timeout"
+            log.info("memory markers cut off: their user was erased: user=%s conversation=%s",
+                     user_id, run.conversation_id)
         except Exception as exc:  # the markers must never take the chat down with them
             run.state = "failed"
             log.warning("memory markers failed: user=%s conversation=%s: %s",

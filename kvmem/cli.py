@@ -594,9 +594,12 @@ class PassRate(click.ParamType):
               help="Measure the intent gate on the suite's messages instead (no model calls).")
 @click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Scenario runs in flight at once.")
+@click.option("--placement", type=click.Choice(["separate", "inline"]), default=None,
+              help="Score the memory agent (separate) or the main model's markers (inline); "
+                   "default: memory.agent.placement.")
 def evaluate(
     suite_path: str | None, model: str | None, repeat: int, as_json: bool, min_pass: float,
-    gate: bool, concurrency: int,
+    gate: bool, concurrency: int, placement: str | None,
 ) -> None:
     """Measure the memory agent's model on scenarios, each on a fresh temporary store."""
     from kvmem.errors import SuiteError
@@ -635,15 +638,17 @@ def evaluate(
     level = agent_log.level
     agent_log.setLevel(logging.ERROR)
     try:
-        config = eval_config(loaded.config, model)
+        config = eval_config(loaded.config, model, placement)
         evaluation = Evaluation(config, suite, repeat=repeat, concurrency=concurrency)
         results = anyio.run(evaluation.run)
     except (ConfigError, SuiteError) as exc:
         fail(f"{loaded.path}: {exc}" if isinstance(exc, ConfigError) else str(exc), 2)
     finally:
         agent_log.setLevel(level)  # as it was (for a caller that runs the command in-process)
-    facts = {"suite": suite.source, "model": evaluation.target.model,
-             "mode": config.memory.agent.mode if config.memory.agent else "tools", "repeat": repeat}
+    mode = "inline" if evaluation.inline else (
+        config.memory.agent.mode if config.memory.agent else "tools")
+    facts = {"suite": suite.source, "model": evaluation.target.model, "mode": mode,
+             "repeat": repeat}
     if as_json:
         print_json(evaluation_json(results, **facts))
     else:

@@ -102,6 +102,7 @@ def result_json(result: ScenarioResult) -> dict[str, Any]:
         "state": result.state,
         "problems": list(result.problems),
         "operations": [update.as_json() for update in result.operations],
+        "refused": result.refused,
         "answers": list(result.answers),
         "model_calls": result.model_calls,
         "input_tokens": result.input_tokens,
@@ -199,6 +200,8 @@ def _failure_lines(result: ScenarioResult, repeat: int) -> list[str]:
         for u in result.operations
     ]
     lines.append(f"    the agent wrote: {'; '.join(done) or 'nothing'}")
+    if result.refused:
+        lines.append(f"    markers refused: {result.refused}")
     for number, answer in enumerate(result.answers, 1):
         if "tool_calls" in answer:
             asked = "; ".join(_call_text(c["name"], c["arguments"]) for c in answer["tool_calls"])

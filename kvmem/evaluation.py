@@ -10,6 +10,12 @@ request is only what an evaluation needs: the agent runs whatever `enabled`, `tr
 `valid_keys` replace the config's, and each scenario runs on a fresh copy of one migrated
 SQLite file in a temporary folder, never on the configured database. Scoring is the
 scenario's own (`Expectation.problems`); rendering is kvmem/eval_report.py's.
+
+With `placement: inline` (or `--placement inline`) there is no agent call: the scenario's
+chat goes to the main model (`chat:`) as a chat request would, through `MemoryService.begin`
+(the memory block and the marker instructions) and `MainCall` (the reply's markers cut out
+and applied by `MemoryAgent.apply_markers`, with every check of a tool call). The markers the
+model wrote that were refused are counted, not scored.
 """
 
 from __future__ import annotations
@@ -27,16 +33,17 @@ from typing import Any
 import anyio.to_thread
 
 from kvmem.agent import MAX_MODEL_CALLS, MemoryAgent
-from kvmem.agent_run import MemoryUpdate
+from kvmem.agent_run import AgentRun, MemoryUpdate
 from kvmem.config import AgentConfig, Config, DatabaseConfig
 from kvmem.db import Database
 from kvmem.errors import ConfigError, KvmemError, SuiteError
 from kvmem.eval_suite import Scenario, Suite
 from kvmem.intent import IntentGate
+from kvmem.main_call import MainCall, inject
 from kvmem.metrics import Metrics
 from kvmem.migrate import upgrade
 from kvmem.prompts import ChatLine
-from kvmem.provider import ModelClient, Target, agent_target, token_prices
+from kvmem.provider import ModelClient, Target, agent_target, chat_target, token_prices
 from kvmem.redaction import SecretScrubber
 from kvmem.rules import MemoryRules
 from kvmem.store import MemoryStore
@@ -48,26 +55,36 @@ MAX_ANSWER_CHARS = 2000  # of a model's text answer, kept for the report
 DEADLINE_MARGIN_SECONDS = 5.0
 
 
-def eval_config(config: Config, model: str | None = None) -> Config:
+def eval_config(
+    config: Config, model: str | None = None, placement: str | None = None
+) -> Config:
     """The config an evaluation runs the agent with: the operator's, with the agent on for
-    every message, and `model` (`PROVIDER/MODEL`) instead of `memory.agent`'s when given;
-    `ConfigError` when no agent model is named."""
+    every message, `placement` (`separate` or `inline`) instead of `memory.agent`'s when
+    given, and `model` (`PROVIDER/MODEL`) instead of the agent's (inline: the main model's,
+    `chat.model`) when given; `ConfigError` when no agent model is named for `separate`."""
     agent = config.memory.agent or AgentConfig()
     update: dict[str, Any] = {"enabled": True, "trigger": "always", "daily_token_budget": None}
+    if placement is not None:
+        update["placement"] = placement
+    inline = update.get("placement", agent.placement) == "inline"
+    chat = config.chat
     if model is not None:
         provider, _, name = model.partition("/")
         if not provider or not name:
             raise ConfigError(
                 f"--model {model!r}: expected PROVIDER/MODEL, e.g. openai/gpt-4.1-mini"
             )
-        update |= {"provider": provider, "model": name}
+        if inline:
+            chat = chat.model_copy(update={"model": model})
+        else:
+            update |= {"provider": provider, "model": name}
     agent = agent.model_copy(update=update)
-    if not agent.provider or not agent.model:
+    if not inline and (not agent.provider or not agent.model):
         raise ConfigError(
             "memory.agent needs provider and model to be evaluated (or pass --model PROVIDER/MODEL)"
         )
     memory = config.memory.model_copy(update={"disabled": False, "agent": agent})
-    return config.model_copy(update={"memory": memory})
+    return config.model_copy(update={"memory": memory, "chat": chat})
 
 
 def scenario_config(config: Config, scenario: Scenario) -> Config:
@@ -115,6 +132,7 @@ class ScenarioResult:
     state: str  # the agent run's state: done, failed, timeout
     problems: tuple[str, ...]
     operations: tuple[MemoryUpdate, ...]  # the writes that landed, in order
+    refused: int  # inline: the markers the model wrote that were not applied
     answers: tuple[dict[str, Any], ...]  # what the model answered, call by call
     model_calls: int
     input_tokens: int
@@ -145,7 +163,8 @@ class Evaluation:
         self.repeat = repeat
         self.concurrency = concurrency
         self.tokens = tokens or TokenCounter()
-        target = agent_target(config)
+        self.inline = config.inline_memory()
+        target = chat_target(config.chat) if self.inline else agent_target(config)
         if target is None:
             raise ConfigError("memory.agent needs provider and model to be evaluated")
         self.target = target
@@ -195,10 +214,18 @@ class Evaluation:
             service = MemoryService(config, store, agent)
             window = [ChatLine(m.role, m.content) for m in scenario.messages]
             started = time.monotonic()
-            deadline = started + self.target.timeout * MAX_MODEL_CALLS + DEADLINE_MARGIN_SECONDS
-            agent_run = await service.start_agent(user_id, user_id, window, deadline)
-            if agent_run.task is not None:
-                await asyncio.wait({agent_run.task})
+            if self.inline:
+                agent_run, usage, failure = await self._main_call(
+                    service, client, user_id, scenario
+                )
+            else:
+                deadline = (started + self.target.timeout * MAX_MODEL_CALLS
+                            + DEADLINE_MARGIN_SECONDS)
+                agent_run = await service.start_agent(user_id, user_id, window, deadline)
+                if agent_run.task is not None:
+                    await asyncio.wait({agent_run.task})
+                usage = (agent_run.model_calls, agent_run.input_tokens, agent_run.output_tokens)
+                failure = None
             latency = time.monotonic() - started
             await agent.shutdown()
             snapshot = await anyio.to_thread.run_sync(store.snapshot, user_id)
@@ -208,24 +235,50 @@ class Evaluation:
                 leftover.unlink()
         after = {entry.key: entry.value for entry in snapshot.entries}
         problems = []
-        if agent_run.state != "done":
+        if failure is not None:
+            problems.append(f"the main call failed: {failure}")
+        elif agent_run.state != "done":
             error = agent.last_error.message if agent.last_error else None
             ended = f"the agent run ended {agent_run.state}"
             problems.append(f"{ended}: {error}" if error else ended)
-        problems += scenario.expect.problems(scenario.memory, after, len(agent_run.updates))
+        writes = [update for update in agent_run.updates if update.error is None]
+        problems += scenario.expect.problems(scenario.memory, after, len(writes))
+        model_calls, input_tokens, output_tokens = usage
         return ScenarioResult(
             scenario=scenario,
             run=run,
-            state=agent_run.state,
+            state="failed" if failure is not None else agent_run.state,
             problems=tuple(problems),
-            operations=tuple(agent_run.updates),
+            operations=tuple(writes),
+            refused=len(agent_run.updates) - len(writes),
             answers=tuple(client.answers.pop(user_id, [])),
-            model_calls=agent_run.model_calls,
-            input_tokens=agent_run.input_tokens,
-            output_tokens=agent_run.output_tokens,
-            cost_usd=self._cost(agent_run.input_tokens, agent_run.output_tokens),
+            model_calls=model_calls,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=self._cost(input_tokens, output_tokens),
             latency_seconds=latency,
         )
+
+    async def _main_call(
+        self, service: MemoryService, client: AnswerLog, user_id: str, scenario: Scenario
+    ) -> tuple[AgentRun, tuple[int, int, int], str | None]:
+        """The scenario's chat as an inline chat request (`placement: inline`): the main
+        model's call with the memory block and the marker instructions, its markers applied
+        when it ends. The run, the call's usage (calls, tokens in, tokens out), and why the
+        call failed (None when it answered)."""
+        lines = [ChatLine(m.role, m.content) for m in scenario.messages]
+        memory = await service.begin(user_id, user_id, lines, temporary=False)
+        messages = inject([{"role": m.role, "content": m.content} for m in scenario.messages],
+                          memory.block)
+        call = MainCall(service, client, memory, self.target, messages, user_id)
+        try:
+            response = await call.complete()
+        except KvmemError as exc:
+            return memory.run, (1, 0, 0), exc.message
+        usage = response.get("usage") or {}
+        return memory.run, (
+            1, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        ), None
 
     def _seed(self, store: MemoryStore, user_id: str, scenario: Scenario) -> None:
         """Write the scenario's memory before the run, under the run's rules."""

@@ -140,3 +140,27 @@ def test_a_chat_turn_in_flight_during_the_erasure_is_not_stored(
     assert (answer.status_code, answer.json()["response"]) == (200, "hello")
     assert client.get("/conversations").json() == {"conversations": [], "next": None}
     assert rows_of(database, "local") == NONE_LEFT
+
+
+def test_an_inline_turn_in_flight_when_delete_me_answers_writes_nothing(
+    make_client: MakeClient, chat_sections: Any, upstream: Any, database: Database
+) -> None:
+    # placement: inline: the main model's markers arrive after the erasure has answered.
+    client = make_client(**chat_sections(agent={"placement": "inline"}))
+    assert client.put("/memory/name", json={"value": "Ada"}).status_code == 201
+    upstream.script("main-model", Reply(content="Rome it is.\n[MEMORY: city = Rome]", delay=1.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        turn = pool.submit(client.post, "/chat", json={"message": "I live in Rome"})
+        upstream.wait_for("main-model")
+        erased = client.delete("/me")
+        assert (erased.status_code, erased.json()["deleted"]["memories"]) == (200, 1)
+        answer = turn.result(timeout=10)
+    body = answer.json()
+    # The marker was cut off by the erasure (as an agent run is), not a failure.
+    assert (answer.status_code, body) == (200, {
+        "conversation_id": body["conversation_id"], "response": "Rome it is.",
+        "memory": {"injected": ["name"], "agent": "timeout", "updates": []}})
+    wait_agents_idle(client)
+    assert rows_of(database, "local") == NONE_LEFT
+    assert client.get("/memory").json()["memories"] == []
+    assert client.get("/conversations").json() == {"conversations": [], "next": None}

@@ -24,12 +24,26 @@ from kvmem.config import Config
 from kvmem.eval_report import evaluation_json, evaluation_text
 from kvmem.eval_suite import CATEGORIES, Expectation, Suite, builtin_suite, load_suite
 from kvmem.evaluation import Evaluation, ScenarioResult, eval_config
-from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
+from kvmem.prompts import (
+    DEFAULT_AGENT_INSTRUCTIONS,
+    ChatLine,
+    render_agent_input,
+    render_marker_instructions,
+    render_memory_block,
+    with_marker_instructions,
+)
 from kvmem.provider import token_prices
 from kvmem.store import Entry
 from kvmem.tokens import TokenCounter
-from tests.support.apps import AGENT_MODEL, Containing, set_memory
-from tests.support.eval_agents import PLANTED, injecting_agent, perfect_agent, scenario_of
+from tests.support.apps import AGENT_MODEL, MAIN_MODEL, Containing, set_memory
+from tests.support.eval_agents import (
+    PLANTED,
+    injecting_agent,
+    inline_scenario_of,
+    perfect_agent,
+    perfect_inline_model,
+    scenario_of,
+)
 from tests.support.upstream import Reply, ScriptedUpstream
 
 BUILTIN = builtin_suite()
@@ -136,7 +150,7 @@ def test_a_perfect_agent_scores_100_percent_through_the_real_agent_path(
     assert forget == {
         "id": "forget-en-medication", "category": "forget", "language": "en", "run": 1,
         "passed": True, "state": "done", "problems": [],
-        "operations": [{"op": "delete", "key": "health"}],
+        "operations": [{"op": "delete", "key": "health"}], "refused": 0,
         "answers": [{"tool_calls": [{"name": "delete_memory", "arguments": '{"key": "health"}'}]}],
         "model_calls": 1, "input_tokens": 10, "output_tokens": 5, "cost_usd": None,
         "latency_ms": MS,
@@ -390,7 +404,7 @@ def test_json_repeat_and_model(upstream: ScriptedUpstream, folder: Path) -> None
     assert (shown.exit_code, shown.stderr) == (0, "")
     run = {
         "id": "thanks", "category": "chit_chat", "language": "de", "passed": True,
-        "state": "done", "problems": [], "operations": [],
+        "state": "done", "problems": [], "operations": [], "refused": 0,
         "answers": [{"content": "Nothing to do."}], "model_calls": 1, "input_tokens": 10,
         "output_tokens": 5, "cost_usd": None, "latency_ms": MS,
     }
@@ -540,3 +554,146 @@ def test_gate_reports_recall_on_memory_requests_and_skip_rate_on_chit_chat(
         "- question: Please remember that I'm vegetarian\n"
     ))
     assert upstream.requests == []
+
+
+# --- placement: inline (the main model's markers) ----------------------------------------
+
+
+def evaluate_inline(
+    sections: dict[str, Any], tokens: TokenCounter, suite: Suite = BUILTIN
+) -> tuple[list[ScenarioResult], dict[str, Any]]:
+    """`evaluate`, with `--placement inline`."""
+    config = eval_config(Config.model_validate(sections), placement="inline")
+    evaluation = Evaluation(config, suite, tokens=tokens, concurrency=8)
+    results = anyio.run(evaluation.run)
+    report = evaluation_json(results, suite=suite.source, model=evaluation.target.model,
+                             mode="inline", repeat=1)
+    return results, report
+
+
+def test_inline_a_perfect_main_model_scores_100_percent_through_the_real_inline_path(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]], tokens: TokenCounter
+) -> None:
+    upstream.respond(MAIN_MODEL, perfect_inline_model(BUILTIN))
+    results, report = evaluate_inline(chat_sections(), tokens)
+
+    assert report["summary"] == tally(77, 0)
+    assert report["categories"] == category_rows(set())
+    forget = next(s for s in report["scenarios"] if s["id"] == "forget-en-medication")
+    assert forget == {
+        "id": "forget-en-medication", "category": "forget", "language": "en", "run": 1,
+        "passed": True, "state": "done", "problems": [],
+        "operations": [{"op": "delete", "key": "health"}], "refused": 0,
+        "answers": [{"content": "Sure.\n[FORGET: health]"}],
+        "model_calls": 1, "input_tokens": 10, "output_tokens": 5, "cost_usd": None,
+        "latency_ms": MS,
+    }
+    # No agent call: each request is the main model's, as a chat request under
+    # `placement: inline` sends it: the scenario's chat, after a system message holding the
+    # memory block and the marker instructions with the scenario's own keys.
+    assert upstream.received(AGENT_MODEL) == []
+    requests = upstream.received(MAIN_MODEL)
+    assert len(requests) == 77
+    for request in requests:
+        scenario = inline_scenario_of(request, BUILTIN)
+        entries = [
+            Entry(key, value, tokens.count(value), "manual", datetime.now(UTC), datetime.now(UTC))
+            for key, value in scenario.memory.items()
+        ]
+        instructions = render_marker_instructions(scenario.valid_keys, 10_000)
+        assert request.messages == [
+            {"role": "system", "content": with_marker_instructions(
+                render_memory_block(entries), instructions)},
+            *[{"role": m.role, "content": m.content} for m in scenario.messages],
+        ]
+
+
+def test_inline_a_main_model_that_never_writes_markers_fails_exactly_the_write_categories(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]], tokens: TokenCounter
+) -> None:
+    upstream.default(MAIN_MODEL, Reply(content="Nice to hear from you."))
+    results, report = evaluate_inline(chat_sections(), tokens)
+
+    write_categories = {"remember", "update", "forget", "language", "routing"}
+    assert report["categories"] == category_rows(write_categories)
+    problems = {r.scenario.id: list(r.problems) for r in results}
+    assert problems["remember-en-typo-allergy"] == ["health: not set"]
+    assert problems["forget-en-medication"] == ["health: not deleted"]
+    assert {r.refused for r in results} == {0}
+
+
+def test_inline_refused_markers_are_counted_and_not_applied(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter, tmp_path: Path,
+) -> None:
+    suite = load_suite(write_suite(tmp_path, [GLUTEN]))
+    # A key outside valid_keys and a value over charLimit: both refused as tool calls are.
+    upstream.default(MAIN_MODEL, Reply(
+        content=f"Noted!\n[MEMORY: diet = no gluten]\n[MEMORY: food = {'gluten ' * 10}]"
+    ))
+    results, report = evaluate_inline(chat_sections(memory={"charLimit": 40}), tokens, suite)
+
+    [result] = results
+    assert (result.passed, result.state, result.operations, result.refused, result.problems) == (
+        False, "done", (), 2, ("food: not set",)
+    )
+    assert report["scenarios"][0]["refused"] == 2
+    shown = evaluation_text(results, suite="s", model="m", mode="inline", repeat=1)
+    assert shown.split("failures (1):\n")[1] == (
+        "- gluten (routing)\n"
+        "    message: Please remember I can't eat gluten.\n"
+        "    wrong: food: not set\n"
+        "    the agent wrote: nothing\n"
+        "    markers refused: 2\n"
+        "    model call 1 answered: "
+        + json.dumps(f"Noted!\n[MEMORY: diet = no gluten]\n[MEMORY: food = {'gluten ' * 10}]")
+    )
+
+
+def test_inline_a_failed_main_call_fails_its_scenario(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter, tmp_path: Path,
+) -> None:
+    suite = load_suite(write_suite(tmp_path, [CHAT]))
+    upstream.script(MAIN_MODEL, Reply(status=500, error={"error": {"message": "overloaded"}}))
+    [result], _ = evaluate_inline(chat_sections(), tokens, suite)
+    assert (result.passed, result.state, result.model_calls) == (False, "failed", 1)
+    assert result.problems == (Containing("the main call failed: "),)
+    assert "overloaded" in result.problems[0]
+
+
+def test_placement_on_the_command_line(upstream: ScriptedUpstream, folder: Path) -> None:
+    write_suite(folder, [GLUTEN])
+    suite = str(folder / "suite.jsonl")
+    upstream.default("other-main", Reply(content="OK\n[MEMORY: food = No gluten]"))
+
+    shown = kvmem(folder, "eval", "--suite", suite, "--placement", "inline", "--json",
+                  "--model", "openai/other-main")
+    assert (shown.exit_code, shown.stderr) == (0, "")
+    report = json.loads(shown.stdout)
+    assert (report["model"], report["mode"], report["summary"]) == (
+        "openai/other-main", "inline", tally(1, 0)
+    )
+    assert report["scenarios"][0]["operations"] == [
+        {"op": "set", "key": "food", "value": "No gluten"}
+    ]
+    assert [r.model for r in upstream.requests] == ["other-main"]
+
+    bad = kvmem(folder, "eval", "--suite", suite, "--placement", "beside")
+    assert (bad.exit_code, bad.stdout) == (2, "")
+    assert "Invalid value for '--placement': 'beside' is not one of 'separate', 'inline'." in (
+        bad.stderr
+    )
+    assert [r.model for r in upstream.requests] == ["other-main"]
+
+
+def test_inline_needs_no_agent_model(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    (tmp_path / "memory.yaml").write_text(json.dumps({
+        "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": "k"},
+        "memory": {"agent": {"placement": "inline"}},
+    }), encoding="utf-8")
+    write_suite(tmp_path, [CHAT])
+    upstream.default(MAIN_MODEL, Reply(content="Gern geschehen!"))
+    shown = kvmem(tmp_path, "eval", "--suite", str(tmp_path / "suite.jsonl"), "--json")
+    assert (shown.exit_code, shown.stderr) == (0, "")
+    assert json.loads(shown.stdout)["summary"] == tally(1, 0)

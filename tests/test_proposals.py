@@ -14,6 +14,7 @@ from kvmem.prompts import ChatLine, render_agent_input
 from kvmem.proposals import MAX_PENDING, Proposal, ProposalStore
 from tests.support.apps import (
     AGENT_MODEL,
+    MAIN_MODEL,
     delete_memory,
     set_memory,
     sse_events,
@@ -145,6 +146,39 @@ def test_streamed_chat_and_the_agent_hook_mark_proposals_pending(
         {"op": "set", "key": "city", "value": "Rome", "pending": True}]})
     assert [p["key"] for p in pending(client)] == ["city", "name"]
     assert client.get("/memory").json()["memories"] == []
+
+
+def test_inline_markers_become_proposals_whole_and_streamed(upstream, chat_sections, make_client):
+    # placement: inline: the main model's markers are held for review like the agent's calls.
+    client = make_client(**chat_sections(memory={"review": "on"}, agent={"placement": "inline"}))
+    client.put("/memory/city", json={"value": "Paris"})
+    upstream.script(MAIN_MODEL, Reply(content="Hello Ada!\n[MEMORY: name = Ada]\n[FORGET: city]"))
+    body = chat(client, "I'm Ada; forget my city")
+    conversation = body["conversation_id"]
+    assert body == {"conversation_id": conversation, "response": "Hello Ada!", "memory": {
+        "injected": ["city"], "agent": "done", "updates": [
+            {"op": "set", "key": "name", "value": "Ada", "pending": True},
+            {"op": "delete", "key": "city", "pending": True},
+        ]}}
+    upstream.script(MAIN_MODEL, Reply(chunks=["Rome, ", "noted.\n[MEM", "ORY: city = Rome]"]))
+    response = client.post("/chat", json={"message": "Now Rome.", "stream": True,
+                                          "conversation_id": conversation})
+    update = {"op": "set", "key": "city", "value": "Rome", "pending": True}
+    assert [e for e in sse_events(response.text) if e[0] == "memory"] == [("memory", update)]
+    # Nothing written until accepted; the newer city proposal replaced the pending delete.
+    assert client.get("/memory").json()["memories"] == [entry("city", "Paris", 1)]
+    assert pending(client) == [
+        proposal(3, "city", "set", "Rome", conversation),
+        proposal(1, "name", "set", "Ada", conversation),
+    ]
+    assert upstream.received(AGENT_MODEL) == []
+    accepted = client.post("/memory/proposals/1/accept")
+    assert (accepted.status_code, accepted.json()) == (200, {
+        "memory": entry("name", "Ada", 1, source="agent"), "total_tokens": 2, "token_limit": None})
+    changes = client.get("/memory/history").json()["changes"]
+    assert [(c["key"], c["op"], c["source"], c["conversation_id"]) for c in changes] == [
+        ("name", "set", "agent", conversation), ("city", "set", "manual", None),
+    ]
 
 
 def test_usage_counts_no_proposal_as_a_write(upstream, chat_sections, make_client):

@@ -13,7 +13,15 @@ from starlette.testclient import TestClient
 
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
-from kvmem.tables import Conversation, MemoryChange, MemoryEntry, Message, User, utcnow
+from kvmem.tables import (
+    Conversation,
+    MemoryChange,
+    MemoryEntry,
+    MemoryProposal,
+    Message,
+    User,
+    utcnow,
+)
 from tests.support.apps import MAIN_MODEL
 from tests.support.plans import captured_statements, table_scans
 from tests.support.upstream import Reply
@@ -132,4 +140,64 @@ def test_the_history_sweep_reads_expired_changes_by_index(
         deleted = store.prune_expired_history(batch=50)
     assert deleted == OTHERS * 4
     assert len(statements) == 9  # 4 full batches and the last, empty one: a read and a delete each
+    assert table_scans(database.engine, statements) == {}
+
+
+def seed_other_proposals(database: Database) -> None:
+    """Pending proposals of `OTHERS` users (the users of `seed_other_users`)."""
+    now = utcnow()
+    with database.writing() as session:
+        session.execute(insert(MemoryProposal), [
+            {"user_id": f"other-{n}", "key": f"k{k}", "op": "set", "value": "v",
+             "conversation_id": None, "created_at": now}
+            for n in range(OTHERS) for k in range(6)
+        ])
+
+
+def drive_review_paths(client: TestClient, upstream: Any, key: str) -> list[tuple[str, str, int]]:
+    """The review routes as user `alice`, her proposals made by inline markers on /chat."""
+    alice = {"Authorization": f"Bearer {key}"}
+    upstream.script(MAIN_MODEL, *[
+        Reply(content=f"Noted.\n[MEMORY: {k} = v]\n[MEMORY: pet = cat]") for k in ("likes", "job")
+    ])
+    seen: list[tuple[str, str, int]] = []
+
+    def call(method: str, path: str, **kwargs: Any) -> Any:
+        response = client.request(method, path, headers=alice, **kwargs)
+        seen.append((method, path, response.status_code))
+        return response
+
+    call("PATCH", "/preferences", json={"review": True})
+    call("GET", "/preferences")
+    call("PUT", "/memory/likes", json={"value": "tea"})
+    chat = call("POST", "/chat", json={"message": "I like coffee, I have a cat"}).json()
+    call("POST", "/chat", json={"message": "I'm a baker", "conversation_id": chat["conversation_id"]})
+    proposals = call("GET", "/memory/proposals").json()["proposals"]
+    # The second chat's pet replaced the first's: pet, job, likes, newest first.
+    assert [p["key"] for p in proposals] == ["pet", "job", "likes"]
+    call("POST", f"/memory/proposals/{proposals[0]['id']}/accept")
+    call("POST", f"/memory/proposals/{proposals[1]['id']}/reject")
+    call("DELETE", "/memory/proposals")
+    call("DELETE", "/me")
+    return seen
+
+
+def test_no_review_query_reads_a_whole_table(
+    upstream: Any,
+    chat_sections: Callable[..., dict[str, Any]],
+    make_client: Callable[..., TestClient],
+    database: Database,
+) -> None:
+    seed_other_users(database)
+    seed_other_proposals(database)
+    client = make_client(**chat_sections(memory={"review": "per_user"}, agent={"placement": "inline"}),
+                         auth=KEYS_AUTH)
+    _, key = KeyStore(database).create("alice")
+    with captured_statements(database.engine) as statements:
+        seen = drive_review_paths(client, upstream, key)
+    assert [(method, status) for method, _, status in seen] == [
+        ("PATCH", 200), ("GET", 200), ("PUT", 201), ("POST", 200), ("POST", 200), ("GET", 200),
+        ("POST", 200), ("POST", 204), ("DELETE", 200), ("DELETE", 200),
+    ], seen
+    assert len(statements) > 30
     assert table_scans(database.engine, statements) == {}

@@ -77,3 +77,29 @@ def eager_agent(suite: Suite) -> Responder:
         ])
 
     return respond
+
+
+def inline_scenario_of(request: Received, suite: Suite) -> Scenario:
+    """The scenario a main-model request (`placement: inline`) is for: its newest message is
+    the request's last one (the longest match, if several)."""
+    newest = request.messages[-1]["content"]
+    found = [s for s in suite.scenarios if s.newest_message == newest]
+    assert found, newest
+    return max(found, key=lambda s: len(s.newest_message))
+
+
+def markers(operations: list[dict[str, Any]]) -> str:
+    """`operations` as the memory markers a main model ends its reply with."""
+    return "".join(
+        f"\n[MEMORY: {op['key']} = {op['value']}]" if op["op"] == "set"
+        else f"\n[FORGET: {op['key']}]"
+        for op in operations
+    )
+
+
+def perfect_inline_model(suite: Suite) -> Responder:
+    """A main model (`placement: inline`) that answers and ends its reply with exactly the
+    markers each scenario expects."""
+    return lambda request: Reply(
+        content="Sure." + markers(perfect_operations(inline_scenario_of(request, suite)))
+    )
