@@ -247,6 +247,10 @@ class MemoryAgent:
             run.state = "timeout"
             log.info("memory markers cut off at their deadline: user=%s conversation=%s",
                      user_id, run.conversation_id)
+        except UserErased:  # not a failure: the user is gone, so nothing is written
+            run.state = "timeout"
+            log.info("memory markers cut off: their user was erased: user=%s conversation=%s",
+                     user_id, run.conversation_id)
         except Exception as exc:  # the markers must never take the chat down with them
             run.state = "failed"
             log.warning("memory markers failed: user=%s conversation=%s: %s",
@@ -579,7 +583,8 @@ class MemoryAgent:
         guard = run.commit_guard()
         try:
             proposal = self.proposals.propose(
-                user_id, key, value, conversation_id=run.conversation_id, guard=guard
+                user_id, key, value, conversation_id=run.conversation_id, guard=guard,
+                since=run.started_at,
             )
             run.record(MemoryUpdate(proposal.op, proposal.key, proposal.value, pending=True))
         finally:
