@@ -6,7 +6,8 @@ The agent is the app's own: `MemoryAgent` (instructions, tools or JSON mode, val
 `MemoryService.start_agent` (the window of `messageWindowSize` messages, cut to
 `maxInputTokens`), calling the model through `ModelClient`. What differs from a chat
 request is only what an evaluation needs: the agent runs whatever `enabled`, `trigger` and
-`daily_token_budget` say (the gate is measured apart, by `measure_gate`), a scenario's
+`daily_token_budget` say (the gate is measured apart, by `measure_gate`), its writes land
+whatever `memory.review` says (they are what is scored), a scenario's
 `valid_keys` replace the config's, and each scenario runs on a fresh copy of one migrated
 SQLite file in a temporary folder, never on the configured database. Scoring is the
 scenario's own (`Expectation.problems`); rendering is kvmem/eval_report.py's.
@@ -50,7 +51,7 @@ DEADLINE_MARGIN_SECONDS = 5.0
 
 def eval_config(config: Config, model: str | None = None) -> Config:
     """The config an evaluation runs the agent with: the operator's, with the agent on for
-    every message, and `model` (`PROVIDER/MODEL`) instead of `memory.agent`'s when given;
+    every message, its writes not held for review, and `model` (`PROVIDER/MODEL`) instead of `memory.agent`'s when given;
     `ConfigError` when no agent model is named."""
     agent = config.memory.agent or AgentConfig()
     update: dict[str, Any] = {"enabled": True, "trigger": "always", "daily_token_budget": None}
@@ -66,7 +67,8 @@ def eval_config(config: Config, model: str | None = None) -> Config:
         raise ConfigError(
             "memory.agent needs provider and model to be evaluated (or pass --model PROVIDER/MODEL)"
         )
-    memory = config.memory.model_copy(update={"disabled": False, "agent": agent})
+    # Under `memory.review` the writes would be proposals, and every scenario would see none.
+    memory = config.memory.model_copy(update={"disabled": False, "agent": agent, "review": "off"})
     return config.model_copy(update={"memory": memory})
 
 
