@@ -323,3 +323,40 @@ def test_a_stream_that_ends_without_a_finish_reason_releases_what_was_held() -> 
         return pieces, memory.applied
 
     assert asyncio.run(run()) == (["Hi", "", "  [M"], [[Marker("delete", "a")]])
+
+
+def test_an_upstream_answer_of_the_wrong_shape_is_still_the_routes_to_judge(
+    upstream, chat_sections, make_client
+):
+    """The marker filter reads only what has the shape it expects: a malformed answer goes on
+    to the route's own checks (a 502 on `/api`, passed unchanged on `/v1`), never a 500."""
+    client = make_client(**chat_sections(agent=INLINE))
+    answer = {"id": "x", "object": "chat.completion", "model": MAIN_MODEL}
+    error = "the model call failed: {} (a malformed response)"
+    for choices, problem in [("nope", "choices is not an array"),
+                             (["nope"], "choices[0] is not an object"),
+                             ([{"index": 0, "message": "hi"}],
+                              "choices[0].message is missing or not an object")]:
+        upstream.script(MAIN_MODEL, Reply(raw=json.dumps({**answer, "choices": choices}).encode()))
+        response = client.post("/api/chat", json={
+            "model": f"openai/{MAIN_MODEL}", "stream": False,
+            "messages": [{"role": "user", "content": "Paris."}]})
+        assert (response.status_code, response.json()) == (502, {"error": error.format(problem)})
+    upstream.script(MAIN_MODEL, Reply(raw=json.dumps({**answer, "choices": "nope"}).encode()))
+    response = client.post("/v1/chat/completions", json={
+        "model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "Paris."}]})
+    assert (response.status_code, response.json()) == (200, {**answer, "choices": "nope"})
+
+    first = {"id": "x", "object": "chat.completion.chunk", "model": MAIN_MODEL,
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "a"}}]}
+    for choices, problem in [("nope", "a chunk's choices is not an array"),
+                             (["nope"], "a chunk's choice is not an object")]:
+        events = [first, {**first, "choices": choices}]
+        upstream.script(MAIN_MODEL, Reply(raw=b"".join(
+            b"data: " + json.dumps(event).encode() + b"\n\n" for event in events
+        ) + b"data: [DONE]\n\n"))
+        response = client.post("/api/chat", json={
+            "model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "Paris."}]})
+        lines = [json.loads(line) for line in response.text.splitlines() if line]
+        assert (response.status_code, [line["message"]["content"] for line in lines[:-1]],
+                lines[-1]) == (200, ["a"], {"error": error.format(problem)})
