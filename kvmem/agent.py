@@ -255,7 +255,7 @@ class MemoryAgent:
             run.state = "failed"
             log.warning("memory markers failed: user=%s conversation=%s: %s",
                         user_id, run.conversation_id, self._scrubber.scrub(str(exc)))
-            self.last_error = AgentError(utcnow(), self._scrubber.summary(exc))
+            self.last_error = AgentError.of(utcnow(), exc, self._scrubber.summary(exc))
             self.metrics.error("agent_failed")
         finally:
             self.outcomes[run.state] += 1

@@ -13,11 +13,15 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from kvmem.agent import MemoryAgent
+from kvmem.agent_run import AgentRun
 from kvmem.config import Config
 from kvmem.main_call import MainCall
 from kvmem.markers import Marker
 from kvmem.prompts import BLOCK_PREAMBLE, render_marker_instructions
 from kvmem.provider import Target
+from kvmem.rules import MemoryRules
+from kvmem.store import MemoryStore
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, sse_events
 from tests.support.matchers import ISO_TIME
 from tests.support.upstream import Reply
@@ -360,3 +364,30 @@ def test_an_upstream_answer_of_the_wrong_shape_is_still_the_routes_to_judge(
         lines = [json.loads(line) for line in response.text.splitlines() if line]
         assert (response.status_code, [line["message"]["content"] for line in lines[:-1]],
                 lines[-1]) == (200, ["a"], {"error": error.format(problem)})
+
+
+class BrokenStore(MemoryStore):
+    """A store whose writes fail as a bug would: not a refusal (`KvmemError`)."""
+
+    def set(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the disk caught fire")
+
+
+def test_a_marker_write_that_fails_is_the_agent_s_last_error(database, tokens):
+    config = Config.model_validate({"memory": {"agent": INLINE}})
+    store = BrokenStore(database, MemoryRules.from_config(config.memory), tokens)
+    agent = MemoryAgent(config, store, None, None)  # type: ignore[arg-type]  # no model call
+
+    async def markers_applied() -> AgentRun:
+        run = AgentRun.pending("ada", "c-1")
+        agent.apply_markers(run, "ada", [Marker("set", "city", "Paris")])
+        run.main_ended(3)
+        assert run.task is not None
+        await asyncio.wait({run.task})
+        return run
+
+    run = asyncio.run(markers_applied())
+    assert run.task is not None and agent.last_error is not None
+    assert (run.state, run.task.exception(), agent.outcomes) == ("failed", None, {"failed": 1})
+    assert (agent.last_error.code, agent.last_error.upstream_status, agent.last_error.message) == (
+        "internal_error", None, "RuntimeError: the disk caught fire")
