@@ -247,7 +247,7 @@ class MemoryAgent:
             run.state = "timeout"
             log.info("memory markers cut off at their deadline: user=%s conversation=%s",
                      user_id, run.conversation_id)
-        except UserErased:
+        except UserErased:  # not a failure: the user is gone, so nothing is written
             run.state = "timeout"
             log.info("memory markers cut off: their user was erased: user=%s conversation=%s",
                      user_id, run.conversation_id)
@@ -583,7 +583,8 @@ class MemoryAgent:
         guard = run.commit_guard()
         try:
             proposal = self.proposals.propose(
-                user_id, key, value, conversation_id=run.conversation_id, guard=guard
+                user_id, key, value, conversation_id=run.conversation_id, guard=guard,
+                since=run.started_at,
             )
             run.record(MemoryUpdate(proposal.op, proposal.key, proposal.value, pending=True))
         finally:

@@ -510,8 +510,8 @@ def user() -> None:
 @click.option("--user", "user_id", required=True, help="The user to erase.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def user_erase(user_id: str, yes: bool) -> None:
-    """Delete the user's entries, history, conversations, preferences, usage, sessions and
-    API keys, in one transaction; prints the counts."""
+    """Delete the user's entries, history, pending proposals, conversations, preferences,
+    usage, sessions and API keys, in one transaction; prints the counts."""
     loaded = loaded_config()
     user_id = checked_user(user_id)
     if not yes:

@@ -1,8 +1,8 @@
 """Reading the fields of an upstream's OpenAI answer that kvmem translates, each checked.
 
 `/v1` passes the upstream's JSON on unchanged, so a field of the wrong shape is the client's
-to see; a route that translates the answer into another shape (Ollama's `/api/*`) reads its
-fields, and one of the wrong shape (`choices` a string, `usage` a string, no `message`)
+to see; a route that translates the answer into another shape (Ollama's `/api/*`, `/chat`)
+reads its fields, and one of the wrong shape (`choices` a string, `usage` a string, no `message`)
 must be the upstream's failure, a 502 `upstream_error` (or a stream's last error line),
 never a 500. These readers raise `UpstreamError` saying which field was wrong. They know
 nothing of Ollama or HTTP.

@@ -8,9 +8,9 @@ It works in a session `MemoryStore.erase_user` opened; it knows nothing of HTTP.
 
 An erasure is final: it leaves a fence (`user_erasures`: the sha256 of the user id, not the
 id, and when, kept for `FENCE_KEPT`), and a write of work that began before it (an agent
-run's write, its usage record, a `/chat` turn) checks the fence in its own transaction, under
-the user's lock, and writes nothing (`check_not_erased`). The fence is in the database, so it
-holds on every replica.
+run's write or proposal, an inline turn's markers, its usage record, a `/chat` turn) checks
+the fence in its own transaction, under the user's lock, and writes nothing
+(`check_not_erased`). The fence is in the database, so it holds on every replica.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ The agent is the app's own: `MemoryAgent` (instructions, tools or JSON mode, val
 `MemoryService.start_agent` (the window of `messageWindowSize` messages, cut to
 `maxInputTokens`), calling the model through `ModelClient`. What differs from a chat
 request is only what an evaluation needs: the agent runs whatever `enabled`, `trigger` and
-`daily_token_budget` say (the gate is measured apart, by `measure_gate`), a scenario's
+`daily_token_budget` say (the gate is measured apart, by `measure_gate`), its writes land
+whatever `memory.review` says (they are what is scored), a scenario's
 `valid_keys` replace the config's, and each scenario runs on a fresh copy of one migrated
 SQLite file in a temporary folder, never on the configured database. Scoring is the
 scenario's own (`Expectation.problems`); rendering is kvmem/eval_report.py's.
@@ -61,7 +62,7 @@ def eval_config(
     """The config an evaluation runs the agent with: the operator's, with the agent on for
     every message, `placement` (`separate` or `inline`) instead of `memory.agent`'s when
     given, and `model` (`PROVIDER/MODEL`) instead of the agent's (inline: the main model's,
-    `chat.model`) when given; `ConfigError` when no agent model is named for `separate`."""
+    `chat.model`) when given, its writes not held for review; `ConfigError` when no agent model is named for `separate`."""
     agent = config.memory.agent or AgentConfig()
     update: dict[str, Any] = {"enabled": True, "trigger": "always", "daily_token_budget": None}
     if placement is not None:
@@ -83,7 +84,8 @@ def eval_config(
         raise ConfigError(
             "memory.agent needs provider and model to be evaluated (or pass --model PROVIDER/MODEL)"
         )
-    memory = config.memory.model_copy(update={"disabled": False, "agent": agent})
+    # Under `memory.review` the writes would be proposals, and every scenario would see none.
+    memory = config.memory.model_copy(update={"disabled": False, "agent": agent, "review": "off"})
     return config.model_copy(update={"memory": memory, "chat": chat})
 
 

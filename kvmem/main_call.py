@@ -180,11 +180,20 @@ class MainStream:
             await rendered.aclose()
 
 
+def _first_choice(answer: Any, field: str) -> dict[str, Any] | None:
+    """The first choice's `field` (`message` or `delta`) when the answer has the shape that
+    holds one, else None: an answer of another shape is left as it is, for the route to
+    judge (`kvmem.completion_shapes`), never a 500 here."""
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    inner = choice.get(field) if isinstance(choice, dict) else None
+    return inner if isinstance(inner, dict) else None
+
+
 def _strip_whole(response: dict[str, Any], markers: MarkerFilter) -> None:
     """Cut the markers out of a whole answer's first choice (in place)."""
-    choices = response.get("choices") or []
-    message = choices[0].get("message") if choices else None
-    if isinstance(message, dict) and isinstance(message.get("content"), str):
+    message = _first_choice(response, "message")
+    if message is not None and isinstance(message.get("content"), str):
         message["content"] = markers.feed(message["content"]) + markers.finish()
 
 
@@ -197,9 +206,9 @@ async def _strip_streamed(
     last: Chunk | None = None
     try:
         async for chunk in chunks:
-            choices = chunk.get("choices") or []
-            delta = choices[0].get("delta") if choices else None
-            if isinstance(delta, dict):
+            delta = _first_choice(chunk, "delta")
+            if delta is not None:
+                choices = chunk["choices"]
                 content = delta.get("content")
                 text = markers.feed(content) if isinstance(content, str) else ""
                 if choices[0].get("finish_reason") is not None:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from sqlalchemy import delete, insert, select, update
 
 from kvmem.config import MemoryConfig
+from kvmem.erasure import check_not_erased
 from kvmem.errors import NotFound
 from kvmem.history import iso
 from kvmem.store import Entry, MemoryStore
@@ -95,12 +96,14 @@ class ProposalStore:
         *,
         conversation_id: str | None = None,
         guard: Callable[[], None] | None = None,
+        since: datetime | None = None,
     ) -> Proposal:
         """Hold a set of `key` to `value` (a delete when `value` is None) for review.
 
         Refused as the write would be: a bad or not allowed key, an empty or too long value,
-        a delete of a key that holds nothing. `guard` runs just before the commit, as for
-        `MemoryStore.set`.
+        a delete of a key that holds nothing. `guard` runs just before the commit, and
+        `since` (when the agent run began) refuses it with `UserErased` if the user was
+        erased since, as for `MemoryStore.set`.
         """
         rules = self.store.rules
         if value is None:
@@ -110,6 +113,8 @@ class ProposalStore:
             value = rules.clean_value(value)
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
+            if since is not None:
+                check_not_erased(session.connection(), user_id, since)
             if value is None and session.scalar(
                 select(MemoryEntry.id).where(MemoryEntry.user_id == user_id, MemoryEntry.key == key)
             ) is None:

@@ -4,6 +4,7 @@ upstream failures, timeouts and rate limits are answered."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from typing import Any
@@ -572,3 +573,42 @@ def test_an_upstream_500_is_one_attempt(upstream, chat_sections, make_client):
     assert len(upstream.received(MAIN_MODEL)) == 1
     wait_agents_idle(client)
     assert len(upstream.received(AGENT_MODEL)) == 1
+
+
+def test_an_upstream_answer_of_the_wrong_shape_is_a_502_and_nothing_is_stored(
+    upstream, chat_sections, make_client
+):
+    """kvmem reads the answer to build its own reply: a field of the wrong shape is the
+    upstream's failure (as on `/api`), never a 500."""
+    client = make_client(**chat_sections(memory={"agent": None}))
+    answer = {"id": "x", "object": "chat.completion", "model": MAIN_MODEL}
+    error = "the model call failed: {} (a malformed response)"
+    for choices, problem in [
+        ("nope", "choices is not an array"),
+        (["nope"], "choices[0] is not an object"),
+        ([{"index": 0}], "choices[0].message is missing or not an object"),
+        ([{"index": 0, "message": {"role": "assistant", "content": 7}}],
+         "the message's content is not a string"),
+    ]:
+        upstream.script(MAIN_MODEL, Reply(raw=json.dumps({**answer, "choices": choices}).encode()))
+        response = client.post("/chat", json={"message": "hi"})
+        assert (response.status_code, response.json()) == (502, {"error": {
+            "code": "upstream_error", "message": error.format(problem), "upstream_status": 200}})
+
+    first = {**answer, "object": "chat.completion.chunk",
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "a"}}]}
+    for choices, problem in [("nope", "a chunk's choices is not an array"),
+                             ([{"index": 0, "delta": "b"}], "a chunk's delta is not an object"),
+                             ([{"index": 0, "delta": {"content": 7}}],
+                              "a delta's content is not a string")]:
+        events = [first, {**first, "choices": choices}]
+        upstream.script(MAIN_MODEL, Reply(raw=b"".join(
+            b"data: " + json.dumps(event).encode() + b"\n\n" for event in events
+        ) + b"data: [DONE]\n\n"))
+        response = client.post("/chat", json={"message": "hi", "stream": True})
+        assert (response.status_code, sse_events(response.text)) == (200, [
+            ("delta", {"content": "a"}),
+            ("error", {"error": {"code": "upstream_error", "message": error.format(problem),
+                                 "upstream_status": 200}}),
+        ])
+    assert client.get("/conversations").json() == {"conversations": [], "next": None}

@@ -19,7 +19,14 @@ from starlette.testclient import TestClient
 
 from kvmem.db import Database
 from kvmem.store import MemoryStore
-from kvmem.tables import AgentRunRecord, MemoryChange, MemoryEntry, User, UserErasure
+from kvmem.tables import (
+    AgentRunRecord,
+    MemoryChange,
+    MemoryEntry,
+    MemoryProposal,
+    User,
+    UserErasure,
+)
 from tests.support.apps import AGENT_MODEL, set_memory, wait_agents_idle
 from tests.support.upstream import Reply
 
@@ -40,6 +47,8 @@ def rows_of(database: Database, user_id: str) -> dict[str, int]:
         }
 
 
+REASON = f"model {AGENT_MODEL!r} via provider 'openai'"  # /healthz's agent.reason
+INLINE_REASON = "inline: the main model writes memory markers in its reply"
 NONE_LEFT = {"users": 0, "memory_entries": 0, "memory_changes": 0, "agent_runs": 0}
 
 
@@ -164,3 +173,42 @@ def test_an_inline_turn_in_flight_when_delete_me_answers_writes_nothing(
     assert rows_of(database, "local") == NONE_LEFT
     assert client.get("/memory").json()["memories"] == []
     assert client.get("/conversations").json() == {"conversations": [], "next": None}
+
+
+def test_a_run_under_review_in_flight_during_the_erasure_proposes_nothing(
+    make_client: MakeClient, chat_sections: Any, upstream: Any, database: Database,
+    make_store: Callable[..., MemoryStore],
+) -> None:
+    """Under `memory.review` a run's write is a proposal: the fence refuses it as it refuses
+    the entry, and the run is cut off, not failed."""
+    client = make_client(**chat_sections(memory={"review": "on"}))
+    start_slow_run(client, upstream, "city")
+
+    assert make_store().erase_user("local").as_json() == NOTHING
+    wait_agents_idle(client)
+    with database.reading() as session:
+        proposals = session.scalar(select(func.count()).select_from(MemoryProposal))
+    assert (proposals, rows_of(database, "local")) == (0, NONE_LEFT)
+    assert client.get("/healthz").json()["agent"] == {
+        "enabled": True, "reason": REASON, "last_error": None}
+
+
+def test_inline_markers_of_a_turn_in_flight_during_the_erasure_write_nothing(
+    make_client: MakeClient, chat_sections: Any, upstream: Any, database: Database,
+    make_store: Callable[..., MemoryStore],
+) -> None:
+    """`placement: inline`: the markers of a reply that ends after the erasure are refused by
+    the fence; the erasure is not an agent failure (no `last_error`)."""
+    client = make_client(**chat_sections(agent={"placement": "inline"}))
+    upstream.script("main-model", Reply(content="Noted.\n[MEMORY: city = Paris]", delay=1.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        turn = pool.submit(client.post, "/chat", json={"message": "I live in Paris"})
+        upstream.wait_for("main-model")
+        assert make_store().erase_user("local").as_json() == NOTHING
+        answer = turn.result(timeout=10)
+    wait_agents_idle(client)
+    assert (answer.status_code, answer.json()["response"], answer.json()["memory"]) == (
+        200, "Noted.", {"injected": [], "agent": "timeout", "updates": []})
+    assert rows_of(database, "local") == NONE_LEFT
+    assert client.get("/healthz").json()["agent"] == {
+        "enabled": True, "reason": INLINE_REASON, "last_error": None}

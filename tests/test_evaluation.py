@@ -303,6 +303,19 @@ def test_validation_limits_and_the_corrective_call_are_production_s(
     )
 
 
+def test_the_agent_s_writes_are_scored_even_under_review(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter, tmp_path: Path,
+) -> None:
+    """`memory.review` would turn the writes into proposals, leaving memory unchanged."""
+    suite = load_suite(write_suite(tmp_path, [GLUTEN]))
+    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("food", "No gluten")]))
+    config = eval_config(Config.model_validate(chat_sections(memory={"review": "on"})))
+    [result] = anyio.run(Evaluation(config, suite, tokens=tokens).run)
+    assert (result.passed, result.state, result.problems, result.operations) == (
+        True, "done", (), (MemoryUpdate("set", "food", "No gluten"),))
+
+
 def test_a_run_that_fails_fails_its_scenario_even_when_nothing_was_expected(
     upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
     tokens: TokenCounter, tmp_path: Path,

@@ -13,11 +13,15 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from kvmem.agent import MemoryAgent
+from kvmem.agent_run import AgentRun
 from kvmem.config import Config
 from kvmem.main_call import MainCall
 from kvmem.markers import Marker
 from kvmem.prompts import BLOCK_PREAMBLE, render_marker_instructions
 from kvmem.provider import Target
+from kvmem.rules import MemoryRules
+from kvmem.store import MemoryStore
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, sse_events
 from tests.support.matchers import ISO_TIME
 from tests.support.upstream import Reply
@@ -323,3 +327,67 @@ def test_a_stream_that_ends_without_a_finish_reason_releases_what_was_held() -> 
         return pieces, memory.applied
 
     assert asyncio.run(run()) == (["Hi", "", "  [M"], [[Marker("delete", "a")]])
+
+
+def test_an_upstream_answer_of_the_wrong_shape_is_still_the_routes_to_judge(
+    upstream, chat_sections, make_client
+):
+    """The marker filter reads only what has the shape it expects: a malformed answer goes on
+    to the route's own checks (a 502 on `/api`, passed unchanged on `/v1`), never a 500."""
+    client = make_client(**chat_sections(agent=INLINE))
+    answer = {"id": "x", "object": "chat.completion", "model": MAIN_MODEL}
+    error = "the model call failed: {} (a malformed response)"
+    for choices, problem in [("nope", "choices is not an array"),
+                             (["nope"], "choices[0] is not an object"),
+                             ([{"index": 0, "message": "hi"}],
+                              "choices[0].message is missing or not an object")]:
+        upstream.script(MAIN_MODEL, Reply(raw=json.dumps({**answer, "choices": choices}).encode()))
+        response = client.post("/api/chat", json={
+            "model": f"openai/{MAIN_MODEL}", "stream": False,
+            "messages": [{"role": "user", "content": "Paris."}]})
+        assert (response.status_code, response.json()) == (502, {"error": error.format(problem)})
+    upstream.script(MAIN_MODEL, Reply(raw=json.dumps({**answer, "choices": "nope"}).encode()))
+    response = client.post("/v1/chat/completions", json={
+        "model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "Paris."}]})
+    assert (response.status_code, response.json()) == (200, {**answer, "choices": "nope"})
+
+    first = {"id": "x", "object": "chat.completion.chunk", "model": MAIN_MODEL,
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "a"}}]}
+    for choices, problem in [("nope", "a chunk's choices is not an array"),
+                             (["nope"], "a chunk's choice is not an object")]:
+        events = [first, {**first, "choices": choices}]
+        upstream.script(MAIN_MODEL, Reply(raw=b"".join(
+            b"data: " + json.dumps(event).encode() + b"\n\n" for event in events
+        ) + b"data: [DONE]\n\n"))
+        response = client.post("/api/chat", json={
+            "model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "Paris."}]})
+        lines = [json.loads(line) for line in response.text.splitlines() if line]
+        assert (response.status_code, [line["message"]["content"] for line in lines[:-1]],
+                lines[-1]) == (200, ["a"], {"error": error.format(problem)})
+
+
+class BrokenStore(MemoryStore):
+    """A store whose writes fail as a bug would: not a refusal (`KvmemError`)."""
+
+    def set(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the disk caught fire")
+
+
+def test_a_marker_write_that_fails_is_the_agent_s_last_error(database, tokens):
+    config = Config.model_validate({"memory": {"agent": INLINE}})
+    store = BrokenStore(database, MemoryRules.from_config(config.memory), tokens)
+    agent = MemoryAgent(config, store, None, None)  # type: ignore[arg-type]  # no model call
+
+    async def markers_applied() -> AgentRun:
+        run = AgentRun.pending("ada", "c-1")
+        agent.apply_markers(run, "ada", [Marker("set", "city", "Paris")])
+        run.main_ended(3)
+        assert run.task is not None
+        await asyncio.wait({run.task})
+        return run
+
+    run = asyncio.run(markers_applied())
+    assert run.task is not None and agent.last_error is not None
+    assert (run.state, run.task.exception(), agent.outcomes) == ("failed", None, {"failed": 1})
+    assert (agent.last_error.code, agent.last_error.upstream_status, agent.last_error.message) == (
+        "internal_error", None, "RuntimeError: the disk caught fire")

@@ -585,6 +585,27 @@ def test_history_lists_each_change_and_restore_sets_it_back(
     assert user.call("GET", "/memory/user_preferences").json()["source"] == "revert"
 
 
+def test_history_lists_every_change_past_one_page(keys_server: ServeProcess, open_page: Any) -> None:
+    """The route answers 500 changes at most a page (50 unless asked): the dialog reads on."""
+    user = User(keys_server)
+    config = parse_config(json.loads(keys_server.config.read_text()), keys_server.config, {}).config
+    database = Database.from_config(config.database)
+    try:
+        store = MemoryStore(database, MemoryRules.from_config(config.memory), TokenCounter())
+        for n in range(1, 503):
+            store.set(user.name, "learned_facts", f"Fact {n}.", "manual")
+    finally:
+        database.dispose()
+    page, _ = open_as(open_page, user)
+
+    item(page, "learned_facts").get_by_role("button", name="History").click()
+    dialog = page.get_by_role("dialog", name="History of “learned_facts”")
+    changes = dialog.get_by_role("list", name="Changes").get_by_role("listitem")
+    expect(changes).to_have_count(502)
+    expect(changes.nth(0)).to_contain_text("Fact 502.")
+    expect(changes.nth(501)).to_contain_text("Fact 1.")
+
+
 # --- the switch, export and import, clear all ------------------------------------------
 
 

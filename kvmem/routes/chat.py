@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kvmem.bodies import INT64_MAX, RequestBody, read_model
+from kvmem.completion_shapes import a_string, chunk_choices, first_choice
 from kvmem.conversations import new_conversation_id
 from kvmem.errors import BadRequest, KvmemError, StoreUnavailable, UserErased
 from kvmem.main_call import MainCall
@@ -128,7 +129,8 @@ async def chat(request: Request) -> Response:
                     turn.messages, user_id)
     if not body.stream:
         response = await call.complete()
-        text = response["choices"][0]["message"].get("content") or ""
+        message = first_choice(response)["message"]
+        text = a_string(message.get("content"), "the message's content") or ""
         await turn.store(text)
         return JSONResponse(turn.reply(text))
 
@@ -140,8 +142,10 @@ async def chat(request: Request) -> Response:
 
 
 def _delta_text(chunk: dict[str, Any]) -> str:
-    choices = chunk.get("choices") or []
-    return (choices[0].get("delta") or {}).get("content") or "" if choices else ""
+    """A chunk's text; `UpstreamError` for a chunk of the wrong shape (kvmem reads it)."""
+    choices = chunk_choices(chunk)
+    delta = (choices[0].get("delta") or {}) if choices else {}
+    return a_string(delta.get("content"), "a delta's content") or ""
 
 
 def sse(event: str, data: Any) -> str:

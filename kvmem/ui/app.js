@@ -507,10 +507,23 @@ async function openHistory(key) {
   await renderHistory();
 }
 
+// Every change of the key: the route answers a page at a time (at most 500), newest first.
+async function keyHistory(key) {
+  const changes = [];
+  let next = null;
+  do {
+    const before = next === null ? "" : `&before=${next}`;
+    const page = await api("GET", `${keyPath(key)}/history?limit=500${before}`);
+    changes.push(...page.changes);
+    next = page.next;
+  } while (next !== null);
+  return changes;
+}
+
 async function renderHistory() {
   const key = state.historyKey;
   try {
-    const { changes } = await api("GET", `${keyPath(key)}/history`);
+    const changes = await keyHistory(key);
     const items = changes.map((change, index) => changeItem(key, change, index === 0));
     $("history-list").replaceChildren(...items);
     $("history-state").textContent = changes.length
