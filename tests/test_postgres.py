@@ -57,6 +57,7 @@ def test_db_upgrade_on_an_empty_database(blank_url, write_config):
             "memory_changes",
             "sessions",
             "agent_runs",
+            "user_erasures",
             "memory_proposals",
         }
     finally:

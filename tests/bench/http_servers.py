@@ -4,7 +4,7 @@ run (issue 22), measured side by side in one run.
 Starts the scripted upstream and one kvmem per candidate, all with the same config:
 
 - `before`: uvicorn + httptools with the kvmem protocol as it was before issue 22 (read from
-  git, `--before REF`, default `main`): today's numbers;
+  git, `--before REF`, default `c461702`, the last commit before issue 22): the numbers before;
 - `kvmem`: `kvmem serve` itself (uvicorn + httptools + `kvmem.http_protocol`, patched);
 - `h11`: stock uvicorn with h11 (`h11_max_incomplete_event_size` = `max_header_bytes`);
 - `granian`: granian's ASGI server (`http1_settings.header_read_timeout` =
@@ -51,6 +51,8 @@ from tests.bench.servers import (
 )
 
 CANDIDATES = ("before", "kvmem", "h11", "granian")
+# The last commit before issue 22 changed the protocol (a fixed ref: `main` moves on).
+BEFORE_REF = "c461702"
 CONFIG_ENV = "KVMEM_BENCH_HTTP_CONFIG"
 BEFORE_ENV = "KVMEM_BENCH_HTTP_BEFORE"
 HEAD_LIMIT, BODY_LIMIT, HEAD_TIMEOUT = 8192, 1024, 2.0
@@ -113,7 +115,7 @@ def serve(candidate: str, config_path: str) -> None:
     if candidate == "h11":
         options = {"http": "h11", "h11_max_incomplete_event_size": config.server.max_header_bytes}
     elif candidate == "before":
-        module = before_protocol(os.environ.get(BEFORE_ENV, "main"))
+        module = before_protocol(os.environ.get(BEFORE_ENV, BEFORE_REF))
         options = module.uvicorn_options(config.server.max_header_bytes)
     else:
         raise SystemExit(f"unknown candidate {candidate!r}")
@@ -283,7 +285,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.http_servers",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few seconds of load")
-    parser.add_argument("--before", default="main", help="git ref of the protocol before")
+    parser.add_argument("--before", default=BEFORE_REF, help="git ref of the protocol before")
     args = parser.parse_args()
     tool("kvmem")  # fail early when kvmem is not installed beside this Python
     with tempfile.TemporaryDirectory(prefix="kvmem-http-") as folder, \

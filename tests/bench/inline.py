@@ -33,7 +33,13 @@ from kvmem.markers import MarkerFilter, marker_limit  # noqa: E402
 from kvmem.migrate import upgrade  # noqa: E402
 from kvmem.prompts import render_marker_instructions  # noqa: E402
 from kvmem.tokens import TokenCounter  # noqa: E402
-from tests.support.apps import AGENT_MODEL, MAIN_MODEL, set_memory, wait_agents_idle  # noqa: E402
+from tests.support.apps import (  # noqa: E402
+    AGENT_MODEL,
+    LOCAL_URL,
+    MAIN_MODEL,
+    set_memory,
+    wait_agents_idle,
+)
 from tests.support.upstream import Reply, ScriptedUpstream  # noqa: E402
 
 ANSWER = "Sure, here is what I would suggest for that: start small and keep notes."
@@ -63,7 +69,7 @@ def app(name: str, upstream: ScriptedUpstream, folder: Path, tokens: TokenCounte
     })
     database = Database.from_config(config.database)
     upgrade(database.engine)
-    return TestClient(create_app(config, database=database, tokens=tokens))
+    return TestClient(create_app(config, database=database, tokens=tokens), base_url=LOCAL_URL)
 
 
 def play(placement: str, count: int, upstream: ScriptedUpstream, folder: Path,
