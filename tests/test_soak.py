@@ -152,6 +152,7 @@ class Usage:
 
     fds: int  # open files but the database's
     db_fds: int  # the database's files held open by pooled connections (two per connection)
+    kinds: Counter[str]  # what the open files are (a failure shows what grew)
     tasks: list[str]
     rss: int
 
@@ -173,6 +174,7 @@ def settle_and_measure(server: LiveServer) -> Usage:
     return Usage(
         fds=len(links) - db_fds,
         db_fds=db_fds,
+        kinds=Counter(link.split(":")[0] if ":" in link else link for link in links),
         tasks=loop_tasks(server),
         rss=psutil.Process().memory_info().rss,
     )
@@ -200,7 +202,7 @@ def test_mixed_traffic_leaves_no_errors_and_no_growth(
     assert traffic.errors == []
     assert sum(traffic.sent.values()) >= 5 * (SOAK_SECONDS - WARM_UP_SECONDS)  # it was busy
     assert {"put", "chat", "stream", "completion", "completion_stream"} <= set(traffic.sent)
-    assert after.fds - before.fds <= FD_SLACK, (before.fds, after.fds)
+    assert after.fds - before.fds <= FD_SLACK, (before.fds, after.fds, before.kinds, after.kinds)
     # The pools keep what peak concurrency opened, up to their size: how many depends on the
     # machine's timing, so the database's files are bounded by what the pools allow, which a
     # connection leaked per request would pass many times over in this run.
