@@ -1,6 +1,7 @@
 """The README and the docs/ site say only what kvmem does: their config examples load, the
-`kvmem` commands they name exist (with the options they show), and the routes they name are
-the app's.
+`kvmem` commands they name exist (with the options they show), the routes they name or curl
+are the app's, the eval scenario examples load as a suite, and the README's links name files
+that exist.
 
 Read from the markdown itself, so an example added later is checked too. A YAML block that
 is meant to be refused is marked with `<!-- invalid-example -->` on the line before it, and
@@ -9,6 +10,7 @@ then must fail to load. Nothing here starts a server or touches a database.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ from kvmem.cli import main
 from kvmem.config import Config
 from kvmem.config_loader import load_config
 from kvmem.errors import ConfigError
+from kvmem.eval_suite import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -127,6 +130,38 @@ def test_every_config_example_loads_or_is_refused_as_marked(block: Block, tmp_pa
     else:
         loaded = load_config(path, environ)
         assert isinstance(loaded.config, Config)
+
+
+def scenario_blocks() -> list[Block]:
+    """The `kvmem eval` scenario examples: a YAML list, or JSON lines, of scenarios."""
+    found = []
+    for page in PAGES:
+        for block in code_blocks(page):
+            if block.lang == "yaml":
+                items = yaml.safe_load(block.text)
+            elif block.lang == "json":
+                lines = block.text.strip().split("\n")
+                items = [json.loads(line) for line in lines] if len(lines) == 1 else None
+            else:
+                continue
+            if isinstance(items, list) and all(
+                isinstance(item, dict) and "expect" in item for item in items
+            ):
+                found.append(block)
+    return found
+
+
+SCENARIOS = scenario_blocks()
+
+
+def test_every_scenario_example_is_a_valid_eval_suite(tmp_path: Path) -> None:
+    """The scenario format's examples (YAML and JSON lines) load as `kvmem eval --suite`."""
+    assert len(SCENARIOS) == 2
+    for number, block in enumerate(SCENARIOS):
+        suffix = ".jsonl" if block.lang == "json" else ".yaml"
+        path = tmp_path / f"suite{number}{suffix}"
+        path.write_text(block.text, encoding="utf-8")
+        assert len(load_suite(path).scenarios) == 1, block.where
 
 
 def named_commands() -> list[tuple[str, str]]:
