@@ -186,16 +186,14 @@ def _is_substantive(chunk: dict[str, Any]) -> bool:
     )
 
 
-def translate(
-    exc: BaseException, target: Target, scrubber: SecretScrubber | None = None
-) -> KvmemError:
+def translate(exc: BaseException, target: Target, scrubber: SecretScrubber) -> KvmemError:
     """The kvmem error for a litellm (or transport) exception, secrets scrubbed."""
     if isinstance(exc, KvmemError):
         return exc
     litellm = load_litellm()
     if isinstance(exc, litellm.Timeout | TimeoutError):
         return UpstreamTimeout(timeout_message(target))
-    scrub = (scrubber or SecretScrubber()).scrub
+    scrub = scrubber.scrub
     message = scrub(_upstream_message(exc))
     if isinstance(exc, litellm.RateLimitError):
         return UpstreamRateLimited(
