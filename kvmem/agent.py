@@ -54,13 +54,14 @@ from kvmem.errors import (
 from kvmem.intent import IntentGate
 from kvmem.markers import Marker
 from kvmem.metrics import Metrics
+from kvmem.model_client import ModelClient, token_prices
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
 from kvmem.proposals import ProposalStore
-from kvmem.provider import ModelClient, Target, token_prices
 from kvmem.redaction import SecretScrubber
 from kvmem.run_slots import RunSlot, RunSlots
 from kvmem.store import Entry, MemoryStore
 from kvmem.tables import utcnow
+from kvmem.upstream import Target
 from kvmem.usage import RecordBatches, RunUsage, UsageStore, day_start
 
 log = logging.getLogger("kvmem.agent")

@@ -25,8 +25,8 @@ from kvmem.db import Database
 from kvmem.errors import ClientGone, KvmemError, MethodNotAllowed, NotFound, openai_error_body
 from kvmem.mcp_http import McpEndpoint, McpTransport
 from kvmem.metrics import Metrics, MetricsMiddleware
+from kvmem.model_client import ModelClient, agent_target, chat_target
 from kvmem.proposals import ProposalStore
-from kvmem.provider import ModelClient, agent_target, chat_target
 from kvmem.retention import sweep_history
 from kvmem.routes import chat, health, hooks, memory, ollama, openai, ops, sessions, ui
 from kvmem.rules import MemoryRules

@@ -1,11 +1,12 @@
 """Model calls straight to an upstream that speaks the OpenAI API, over pooled aiohttp sessions.
 
-`DirectClient` is the direct path `provider.py` chooses for `openai/...` models and custom
+`DirectClient` is the direct path `model_client.py` chooses for `openai/...` models and custom
 endpoints: it posts the request to `<api_base>/chat/completions` and hands back the upstream's
 own JSON (non-streamed) or its SSE events (streamed) as dicts, parsed and nothing else. No
 field is added, dropped or rewritten, so `reasoning_content`, `usage.*_details`,
 `system_fingerprint` and fields no library knows yet reach the client as the upstream sent
-them. Errors come out as the same kvmem errors `LiteLLMClient` (litellm_client.py) raises.
+them. Errors come out as the same kvmem errors `LiteLLMClient` (litellm_client.py) raises;
+what the two share is in upstream.py, the only kvmem client module this one imports.
 
 It knows nothing of litellm and does not choose which targets it serves.
 
@@ -24,7 +25,7 @@ import os
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import aiohttp
 from aiohttp.helpers import get_env_proxy_for_url
@@ -38,47 +39,21 @@ from kvmem.errors import (
     UpstreamTimeout,
 )
 from kvmem.redaction import SecretScrubber
-
-if TYPE_CHECKING:
-    from kvmem.provider import Target
+from kvmem.upstream import (
+    CLIENT_FAULTS,
+    TIMEOUT_SLACK,
+    UPSTREAM_KEEPALIVE_SECONDS,
+    Target,
+    UpstreamClient,
+    openai_error_fields,
+    timeout_message,
+)
 
 OPENAI_BASE = "https://api.openai.com/v1"
-# Pooled connections idle longer than this are closed, not reused: upstreams close idle
-# keep-alive connections after a few seconds (uvicorn and vLLM: 5 s), and reusing one just as
-# it closes fails the request. A busy pool still reuses its connections.
-UPSTREAM_KEEPALIVE_SECONDS = 2
 # An answer larger than this is cut off with an error rather than held in memory.
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 # How much of a non-JSON error body is quoted in kvmem's message.
 MAX_QUOTED_CHARS = 300
-# A backstop over aiohttp's own timeouts (connect, each read), which also bounds the time
-# to send the request, so a timeout always answers within a second of it.
-TIMEOUT_SLACK = 0.5
-# Upstream statuses that mean the request itself was refused (too long for the context,
-# too large, unprocessable): the client's to fix, so they keep their status. 401 and 403 mean
-# kvmem's own credentials were refused and 404 a model kvmem is configured with is missing:
-# the operator's to fix, so they stay 502 like every other upstream failure.
-CLIENT_FAULTS = frozenset({400, 413, 422})
-# The fields of an OpenAI error object that are passed on to /v1 clients.
-OPENAI_ERROR_FIELDS = ("message", "type", "param", "code")
-
-
-class UpstreamClient:
-    """What both model clients share: the scrubber that masks secrets in upstream text, and
-    `on_call(kind, seconds)`, which, when given, hears how long each call took (a stream:
-    until it ended), whether it succeeded or not."""
-
-    def __init__(
-        self,
-        scrubber: SecretScrubber | None = None,
-        on_call: Callable[[str, float], None] | None = None,
-    ) -> None:
-        self.scrubber = scrubber or SecretScrubber()
-        self.on_call = on_call
-
-    def _timed(self, target: Target, started: float) -> None:
-        if self.on_call is not None:
-            self.on_call(target.kind, time.perf_counter() - started)
 
 
 class DirectClient(UpstreamClient):
@@ -295,10 +270,6 @@ class DirectClient(UpstreamClient):
             f"the model call failed: {self.scrubber.scrub(detail)}", upstream_status=None
         )
 
-    def _timed(self, target: Target, started: float) -> None:
-        if self.on_call is not None:
-            self.on_call(target.kind, time.perf_counter() - started)
-
 
 class _Route(NamedTuple):
     """Where the requests under one base URL go."""
@@ -330,11 +301,6 @@ class _ResponseTooLarge(aiohttp.ClientError):
 def upstream_model(model: str) -> str:
     """The model name the upstream knows: litellm's `openai/` routing prefix removed."""
     return model.removeprefix("openai/")
-
-
-def timeout_message(target: Target) -> str:
-    """The message of an `UpstreamTimeout` for `target`."""
-    return f"the model did not answer within {target.timeout:g} seconds"
 
 
 def tls_context() -> ssl.SSLContext:
@@ -414,8 +380,4 @@ def _error_object(data: bytes, scrub: Callable[[str], str]) -> dict[str, Any] | 
         return {"message": scrub(error)}
     if not isinstance(error, dict) or not isinstance(error.get("message"), str):
         return None
-    return {
-        name: scrub(value) if isinstance(value, str) else value
-        for name in OPENAI_ERROR_FIELDS
-        if name in error and isinstance(value := error[name], str | int | None)
-    }
+    return openai_error_fields(error, scrub)

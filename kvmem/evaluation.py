@@ -43,13 +43,14 @@ from kvmem.intent import IntentGate
 from kvmem.main_call import MainCall, inject
 from kvmem.metrics import Metrics
 from kvmem.migrate import upgrade
+from kvmem.model_client import ModelClient, agent_target, chat_target, token_prices
 from kvmem.prompts import ChatLine
-from kvmem.provider import ModelClient, Target, agent_target, chat_target, token_prices
 from kvmem.redaction import SecretScrubber
 from kvmem.rules import MemoryRules
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from kvmem.turn_memory import MemoryService
+from kvmem.upstream import Target
 
 MAX_ANSWER_CHARS = 2000  # of a model's text answer, kept for the report
 # Beyond both model calls' timeouts: a backstop, not a limit a working upstream meets.

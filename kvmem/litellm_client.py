@@ -4,7 +4,8 @@ target needs it.
 
 `LiteLLMClient` makes the call, streamed or not, with retries off, and translates litellm's
 exceptions into kvmem's at this one boundary (`translate`), every configured secret masked.
-`provider.py` chooses which targets come here.
+`model_client.py` chooses which targets come here; what this client shares with the direct
+one is in upstream.py, the only kvmem client module this one imports.
 """
 
 from __future__ import annotations
@@ -14,18 +15,11 @@ import os
 import re
 import sys
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import anyio
 
-from kvmem.direct_client import (
-    CLIENT_FAULTS,
-    OPENAI_ERROR_FIELDS,
-    UPSTREAM_KEEPALIVE_SECONDS,
-    UpstreamClient,
-    timeout_message,
-)
 from kvmem.errors import (
     KvmemError,
     UpstreamError,
@@ -34,12 +28,15 @@ from kvmem.errors import (
     UpstreamTimeout,
 )
 from kvmem.redaction import SecretScrubber
-
-if TYPE_CHECKING:
-    from kvmem.provider import Target
-
-# A backstop over litellm's own timeout, so a timeout always answers within a second of it.
-TIMEOUT_SLACK = 0.5
+from kvmem.upstream import (
+    CLIENT_FAULTS,
+    TIMEOUT_SLACK,
+    UPSTREAM_KEEPALIVE_SECONDS,
+    Target,
+    UpstreamClient,
+    openai_error_fields,
+    timeout_message,
+)
 
 
 def load_litellm() -> Any:
@@ -189,16 +186,14 @@ def _is_substantive(chunk: dict[str, Any]) -> bool:
     )
 
 
-def translate(
-    exc: BaseException, target: Target, scrubber: SecretScrubber | None = None
-) -> KvmemError:
+def translate(exc: BaseException, target: Target, scrubber: SecretScrubber) -> KvmemError:
     """The kvmem error for a litellm (or transport) exception, secrets scrubbed."""
     if isinstance(exc, KvmemError):
         return exc
     litellm = load_litellm()
     if isinstance(exc, litellm.Timeout | TimeoutError):
         return UpstreamTimeout(timeout_message(target))
-    scrub = (scrubber or SecretScrubber()).scrub
+    scrub = scrubber.scrub
     message = scrub(_upstream_message(exc))
     if isinstance(exc, litellm.RateLimitError):
         return UpstreamRateLimited(
@@ -216,7 +211,9 @@ def translate(
     return UpstreamError(f"the model call failed: {message}", **details)
 
 
-def _upstream_error_object(exc: BaseException, scrub: Any) -> dict[str, Any] | None:
+def _upstream_error_object(
+    exc: BaseException, scrub: Callable[[str], str]
+) -> dict[str, Any] | None:
     """The upstream's OpenAI error object (`message`, `type`, `param`, `code`), scrubbed.
 
     litellm keeps it on the openai SDK's exception (`body`), somewhere down the chain of
@@ -228,11 +225,7 @@ def _upstream_error_object(exc: BaseException, scrub: Any) -> dict[str, Any] | N
         seen.add(id(current))
         body = getattr(current, "body", None)
         if isinstance(body, dict) and isinstance(body.get("message"), str):
-            return {
-                name: scrub(value) if isinstance(value, str) else value
-                for name in OPENAI_ERROR_FIELDS
-                if name in body and isinstance(value := body[name], str | int | None)
-            }
+            return openai_error_fields(body, scrub)
         current = current.__cause__ or current.__context__
     return None
 
@@ -246,7 +239,6 @@ def _retry_after(exc: BaseException) -> str | None:
         if headers is not None and headers.get("retry-after"):
             return str(headers.get("retry-after"))
     return None
-
 
 
 def _upstream_message(exc: BaseException) -> str:

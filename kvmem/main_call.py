@@ -24,9 +24,10 @@ from typing import Any
 
 from kvmem.errors import KvmemError
 from kvmem.markers import MarkerFilter, marker_limit
+from kvmem.model_client import ModelClient
 from kvmem.prompts import ChatLine, with_memory
-from kvmem.provider import ModelClient, Target
 from kvmem.turn_memory import MemoryService, TurnMemory
+from kvmem.upstream import Target
 
 Chunk = dict[str, Any]
 # Turns the model's chunks into a reply's pieces (SSE events, NDJSON lines); an error from the

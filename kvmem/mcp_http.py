@@ -2,16 +2,15 @@
 
 The `mcp` SDK is a large import (some 25 MiB of a server's memory and most of a second of its
 start), and most servers are never asked to speak MCP: so this module does not import it.
-The first `/mcp` request that passes the endpoint's checks imports `mcp_server.py` (the one
-module that imports the SDK) and starts its transport inside the app's lifespan; later
-requests use the running one.
+The first `/mcp` request that passes the endpoint's checks makes the `McpHttp` transport,
+which imports `mcp_server.py` (the one module that imports the SDK), and starts it inside the
+app's lifespan; later requests use the running one.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -22,8 +21,31 @@ from kvmem.bodies import check_numbers, read_body
 from kvmem.errors import BadRequest, MethodNotAllowed
 from kvmem.services import Services, user_of
 
-if TYPE_CHECKING:  # imported on first use, see the module docstring
-    from kvmem.mcp_server import McpHttp
+
+class McpHttp:
+    """The SDK's streamable HTTP transport over kvmem's MCP server (`McpEndpoint` hands it each
+    `/mcp` request after refusing other sites' pages and authenticating as every route does).
+
+    Stateless JSON mode (see `mcp_server.http_sessions`): each POST is served on its own.
+    Making one imports `mcp_server.py`, and with it the SDK.
+    """
+
+    def __init__(self, services: Services) -> None:
+        from kvmem.mcp_server import USER_SCOPE_KEY, http_sessions  # the SDK: on first use
+
+        self.user_scope_key = USER_SCOPE_KEY
+        self.sessions = http_sessions(services)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run the transport's task group."""
+        async with self.sessions.run():
+            yield
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, *, user: str) -> None:
+        """Serve one `/mcp` request, acting for `user` (whom kvmem's auth found)."""
+        scope[self.user_scope_key] = user
+        await self.sessions.handle_request(scope, receive, send)
 
 
 class McpTransport:
@@ -58,8 +80,6 @@ class McpTransport:
             if self._http is None:
                 if self._tasks is None:
                     raise RuntimeError("the MCP transport runs only while the app's lifespan does")
-                from kvmem.mcp_server import McpHttp
-
                 http = McpHttp(self.services)
                 await self._tasks.start(self._run, http)
                 self._http = http

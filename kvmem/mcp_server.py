@@ -7,7 +7,7 @@ The one module that imports the `mcp` SDK, itself imported only when first neede
 mcp`, or the first request to `/mcp`). It serves the SDK's low-level `Server` over two
 transports: stdio (`kvmem mcp`, acting for one user) and streamable HTTP at `/mcp` (each
 request acting for the user kvmem's auth finds in its headers, as on every other route;
-`mcp_http.py` mounts it).
+`mcp_http.py` mounts the endpoint and runs the transport `http_sessions` makes).
 Writes go through `MemoryStore` with source `mcp`, so every rule holds without new code;
 a refused write is an error result whose text is what the memory agent is told.
 """
@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio.to_thread
@@ -27,7 +25,6 @@ from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.types import Receive, Scope, Send
 
 from kvmem.agent_tools import KEY_DESCRIPTION, refusal_message, tool_schema
 from kvmem.errors import KvmemError, NotFound
@@ -327,30 +324,17 @@ async def serve_stdio(services: Services, user_id: str) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-class McpHttp:
-    """The SDK's streamable HTTP transport over kvmem's MCP server (`mcp_http.py` mounts it at
-    `/mcp`, after refusing other sites' pages and authenticating as every route does).
+def http_sessions(services: Services) -> StreamableHTTPSessionManager:
+    """The SDK's streamable HTTP transport over kvmem's MCP server, for `/mcp` (`McpHttp` in
+    mcp_http.py runs it and hands it each request, with its user under `USER_SCOPE_KEY`).
 
     Stateless JSON mode: each POST carries its own credentials and is served on its own, so
     there is no session that another credential could ride on, and replicas need nothing
     shared.
     """
-
-    def __init__(self, services: Services) -> None:
-        self.sessions = StreamableHTTPSessionManager(
-            app=MemoryMcp(services).server(),
-            json_response=True,
-            stateless=True,
-            max_request_body_size=services.config.server.max_body_bytes,
-        )
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        """Run the transport's task group."""
-        async with self.sessions.run():
-            yield
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send, *, user: str) -> None:
-        """Serve one `/mcp` request, acting for `user` (whom kvmem's auth found)."""
-        scope[USER_SCOPE_KEY] = user
-        await self.sessions.handle_request(scope, receive, send)
+    return StreamableHTTPSessionManager(
+        app=MemoryMcp(services).server(),
+        json_response=True,
+        stateless=True,
+        max_request_body_size=services.config.server.max_body_bytes,
+    )

@@ -15,11 +15,12 @@ from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.errors import MemoryDisabled
 from kvmem.metrics import Metrics
+from kvmem.model_client import ModelClient
 from kvmem.proposals import ProposalStore
-from kvmem.provider import ModelClient, Target
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from kvmem.turn_memory import MemoryService
+from kvmem.upstream import Target
 from kvmem.usage import UsageStore
 
 

@@ -4,7 +4,7 @@
 and reads them back for `GET /usage`, `kvmem usage` and the daily token budget, which is read
 from the database so that it holds across replicas. `RecordBatches` gathers the records of
 runs that end close together into one write transaction. It knows nothing of HTTP or
-litellm (prices are worked out by the agent through the provider module).
+litellm (prices are worked out by the agent, from `model_client.token_prices`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The direct path (kvmem/direct_client.py) and how provider.py chooses it: fidelity (every
+"""The direct path (kvmem/direct_client.py) and how model_client.py chooses it: fidelity (every
 field the upstream sends reaches the client, byte for byte), no redirects followed, the size
 cap, no key in errors, and litellm left unimported when no target needs it."""
 
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from starlette.testclient import TestClient
 
 from kvmem.config import Config
-from kvmem.provider import (
+from kvmem.model_client import (
     agent_target,
     chat_target,
     choose_client,

@@ -24,6 +24,7 @@ from kvmem.config import Config
 from kvmem.eval_report import evaluation_json, evaluation_text
 from kvmem.eval_suite import CATEGORIES, Expectation, Suite, builtin_suite, load_suite
 from kvmem.evaluation import Evaluation, ScenarioResult, eval_config
+from kvmem.model_client import token_prices
 from kvmem.prompts import (
     DEFAULT_AGENT_INSTRUCTIONS,
     ChatLine,
@@ -32,7 +33,6 @@ from kvmem.prompts import (
     render_memory_block,
     with_marker_instructions,
 )
-from kvmem.provider import token_prices
 from kvmem.store import Entry
 from kvmem.tokens import TokenCounter
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, Containing, set_memory

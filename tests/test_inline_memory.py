@@ -19,9 +19,9 @@ from kvmem.config import Config
 from kvmem.main_call import MainCall
 from kvmem.markers import Marker
 from kvmem.prompts import BLOCK_PREAMBLE, render_marker_instructions
-from kvmem.provider import Target
 from kvmem.rules import MemoryRules
 from kvmem.store import MemoryStore
+from kvmem.upstream import Target
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, sse_events
 from tests.support.matchers import ISO_TIME
 from tests.support.upstream import Reply

@@ -13,7 +13,7 @@ import pytest
 
 from kvmem.errors import KvmemError, UpstreamError
 from kvmem.main_call import MainCall, MainStream
-from kvmem.provider import Target
+from kvmem.upstream import Target
 
 
 class FakeMemory:

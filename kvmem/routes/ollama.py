@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from kvmem.bodies import Body, parse_json, read_body, validate
 from kvmem.errors import KvmemError, ModelNotFound
 from kvmem.main_call import MainCall, chat_lines, inject
+from kvmem.model_client import chat_target
 from kvmem.ollama_shapes import (
     OLLAMA_API_VERSION,
     ChatBody,
@@ -36,7 +37,6 @@ from kvmem.ollama_shapes import (
     show_reply,
     timestamp,
 )
-from kvmem.provider import chat_target
 from kvmem.routes import route
 from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import Services, services_of, user_of

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from kvmem.bodies import parse_json, read_body
 from kvmem.errors import BadRequest, KvmemError, ModelNotFound, openai_error_body
 from kvmem.main_call import MainCall, chat_lines, inject
-from kvmem.provider import chat_target
+from kvmem.model_client import chat_target
 from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import services_of, user_of
 from kvmem.turn_memory import TurnMemory, check_conversation_id

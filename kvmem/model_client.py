@@ -1,12 +1,12 @@
-"""Every model call, and which client makes it.
+"""The client the services hold, which picks a client for each model call, and the prices.
 
-A `Target` says which model to call and how (litellm model string, base URL, key, headers,
-parameters, timeout) and which client calls it (`choose_client`, from `chat.client`).
-`ModelClient` is what the services hold: it sends each call to the `DirectClient`
-(OpenAI-compatible upstreams, direct_client.py) or to the `LiteLLMClient`
-(litellm_client.py, the one module that imports litellm, and only when a target needs it).
-Both raise the same kvmem errors. The prices of a model come from litellm's offline price
-map, read from its package file without importing litellm.
+`ModelClient` sends each call to the `DirectClient` (OpenAI-compatible upstreams,
+direct_client.py) or to the `LiteLLMClient` (litellm_client.py, the one module that imports
+litellm, and only when a target needs it), as the call's `Target` (upstream.py) says. Both
+raise the same kvmem errors. This module builds the targets from the config (`chat_target`,
+`agent_target`) and chooses their client (`choose_client`, from `chat.client`). The prices
+of a model come from litellm's offline price map, read from its package file without
+importing litellm (`token_prices`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
-import re
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import SecretStr
 
@@ -26,35 +24,10 @@ from kvmem.config import ChatConfig, Config
 from kvmem.direct_client import DirectClient
 from kvmem.litellm_client import LiteLLMClient, load_litellm
 from kvmem.redaction import SecretScrubber
+from kvmem.upstream import ClientName, Target, UpstreamClient
 
-ClientName = Literal["litellm", "direct"]
 # LibreChat's provider names that are not litellm's (after lower-casing).
 PROVIDER_ALIASES = {"azureopenai": "azure", "google": "gemini"}
-_USER_PLACEHOLDER = re.compile(r"\{\{(LIBRECHAT_USER_[A-Z_]+|KVMEM_USER_ID)\}\}")
-
-
-@dataclass(frozen=True)
-class Target:
-    """A model to call and how to reach it."""
-
-    model: str
-    api_base: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
-    parameters: Mapping[str, Any] = field(default_factory=dict)
-    timeout: float = 120.0
-    kind: str = "main"  # "main" (the chat) or "agent" (the memory agent), for the metrics
-    client: ClientName = "litellm"  # which client calls it (see `choose_client`)
-
-    def headers_for(self, user_id: str) -> dict[str, str]:
-        """The headers with `{{LIBRECHAT_USER_ID}}`/`{{KVMEM_USER_ID}}` set to the user."""
-        if not self.headers:  # the common case, on every model call
-            return {}
-
-        def fill(match: re.Match[str]) -> str:
-            return user_id if match.group(1) in ("LIBRECHAT_USER_ID", "KVMEM_USER_ID") else ""
-
-        return {name: _USER_PLACEHOLDER.sub(fill, value) for name, value in self.headers.items()}
 
 
 def _secret(value: SecretStr | None) -> str | None:
@@ -194,7 +167,7 @@ class ModelClient:
             self._litellm = LiteLLMClient(self.scrubber, self.on_call)
         return self._litellm
 
-    def _for(self, target: Target) -> DirectClient | LiteLLMClient:
+    def _for(self, target: Target) -> UpstreamClient:
         return self.direct if target.client == "direct" else self.litellm()
 
     async def complete(

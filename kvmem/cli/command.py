@@ -1,0 +1,130 @@
+"""What every `kvmem` command shares: the `--config` and `--user` options, loading the
+config, opening the database and the store, and turning failures into exit codes.
+
+Exit codes: 0 success, 1 a failed operation, 2 bad usage or config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from kvmem.config_loader import LoadedConfig, find_config_path, load_config
+from kvmem.errors import BadRequest, ConfigError, KvmemError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_option(command: F) -> F:
+    """`--config PATH` on a command; the nearest one given wins."""
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_remember_config,
+        help="memory.yaml to use (default: $KVMEM_CONFIG, else ./memory.yaml).",
+    )(command)
+
+
+def _remember_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(dict)["config_path"] = value
+
+
+def user_option(command: F) -> F:
+    """`--user U`: whose memory a command works on."""
+    return click.option(
+        "--user",
+        "user_id",
+        default="local",
+        show_default=True,
+        help="The user id (the user of auth.mode: local is 'local').",
+    )(command)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print `message` to stderr and exit with `code`."""
+    click.echo(f"kvmem: {message}", err=True)
+    sys.exit(code)
+
+
+def loaded_config() -> LoadedConfig:
+    """The config named by the nearest `--config`, with its warnings printed to stderr."""
+    ctx = click.get_current_context()
+    explicit = None
+    while ctx is not None:
+        explicit = explicit or (ctx.obj or {}).get("config_path")
+        ctx = ctx.parent
+    try:
+        loaded = load_config(find_config_path(explicit, os.environ))
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    for warning in loaded.warnings:
+        click.echo(f"kvmem: warning: {warning}", err=True)
+    return loaded
+
+
+@contextmanager
+def operation() -> Iterator[None]:
+    """Turn kvmem's errors into a message on stderr and exit code 1 (2 for bad input)."""
+    try:
+        yield
+    except BadRequest as exc:
+        fail(exc.message, 2)
+    except KvmemError as exc:
+        fail(f"{exc.code}: {exc.message}", 1)
+
+
+def print_json(value: Any) -> None:
+    """Print `value` as indented JSON."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def checked_user(user_id: str) -> str:
+    """`user_id` if it is a valid user id, else exit 2."""
+    from kvmem.auth import check_user_id
+
+    with operation():
+        return check_user_id(user_id)
+
+
+def open_database(loaded: LoadedConfig) -> Any:
+    """The configured database, migrated to the newest schema."""
+    from kvmem.db import Database
+    from kvmem.migrate import ensure_current
+
+    database = Database.from_config(loaded.config.database)
+    try:
+        ensure_current(database.engine)
+    except Exception as exc:  # any driver or migration failure: report it, masked
+        fail(f"cannot open database {loaded.config.database.masked_url()}: {error_reason(exc)}", 2)
+    return database
+
+
+def error_reason(exc: Exception) -> str:
+    """The first line of a driver's (or any) error, for a one-line message."""
+    return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+
+
+def open_store(loaded: LoadedConfig) -> Any:
+    """A `MemoryStore` on the configured database, with the configured rules."""
+    from kvmem.rules import MemoryRules
+    from kvmem.store import MemoryStore
+    from kvmem.tokens import TokenCounter
+
+    rules = MemoryRules.from_config(loaded.config.memory)
+    return MemoryStore(
+        open_database(loaded),
+        rules,
+        TokenCounter(),
+        keep_days=loaded.config.memory.history.keep_days,
+    )

@@ -1,0 +1,114 @@
+"""`kvmem serve`, `kvmem check` and `kvmem mcp`: the server over HTTP, the config it
+would run with, and the MCP server over stdio.
+"""
+
+from __future__ import annotations
+
+import click
+
+from kvmem.cli.command import (
+    checked_user,
+    config_option,
+    fail,
+    loaded_config,
+    open_database,
+    user_option,
+)
+
+
+@click.command()
+@config_option
+@click.option("--host", default=None, help="Interface to bind (default: server.host).")
+@click.option("--port", type=int, default=None, help="Port to bind (default: server.port).")
+def serve(host: str | None, port: int | None) -> None:
+    """Run pending migrations, then serve the HTTP API."""
+    loaded = loaded_config()
+    config = loaded.config
+    host = host or config.server.host
+    port = config.server.port if port is None else port
+    # The app's default server.allowed_hosts names the host it is bound to: --host's.
+    config = config.model_copy(update={"server": config.server.model_copy(update={"host": host})})
+    if config.auth.mode == "local" and not config.server.is_loopback(host):
+        fail(
+            f"auth.mode is local (no credentials), so kvmem only binds a loopback address; "
+            f"{host!r} is not one. Use 127.0.0.1, or set auth.mode: keys.",
+            2,
+        )
+    database = open_database(loaded)
+
+    import signal
+
+    import uvicorn
+
+    from kvmem.app import create_app
+    from kvmem.http_protocol import uvicorn_options
+
+    # uvicorn drains on SIGTERM/SIGINT, then re-raises the signal to the handler that was
+    # there before it: with this one, a drained shutdown ends the process with exit code 0.
+    for shutdown_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(shutdown_signal, lambda *_: None)
+    click.echo(f"kvmem: the memory page is at {page_url(host, port)}", err=True)
+    uvicorn.run(
+        create_app(config, database=database),
+        host=host,
+        port=port,
+        log_level="info",
+        timeout_graceful_shutdown=config.server.drain_seconds,
+        **uvicorn_options(config.server),
+    )
+
+
+def page_url(host: str, port: int) -> str:
+    """The memory page's address for a server bound to `host` (a wildcard means this machine)."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/ui"
+
+
+@click.command()
+@config_option
+def check() -> None:
+    """Validate the config and print the effective settings, secrets masked."""
+    import yaml
+
+    loaded = loaded_config()
+    config = loaded.config
+    settings = config.model_dump(mode="json", by_alias=True)
+    settings["database"]["url"] = config.database.masked_url()
+    click.echo(f"# config: {loaded.path.resolve()}")
+    click.echo(yaml.safe_dump(settings, sort_keys=False, allow_unicode=True).rstrip())
+    on, reason = config.agent_status()
+    click.echo(f"# memory agent: {'on' if on else 'off'} ({reason})")
+
+
+@click.command()
+@config_option
+@user_option
+def mcp(user_id: str) -> None:
+    """Serve the MCP server on stdin/stdout, acting for --user (run pending migrations first).
+
+    For MCP clients that start kvmem themselves; stdout carries only the protocol.
+    """
+    loaded = loaded_config()
+    user_id = checked_user(user_id)
+    database = open_database(loaded)
+
+    import anyio
+
+    from kvmem.app import build_services
+    from kvmem.mcp_server import serve_stdio
+
+    services = build_services(loaded.config, database=database)
+
+    async def serve() -> None:
+        try:
+            await serve_stdio(services, user_id)
+        finally:
+            await services.client.aclose()
+
+    try:
+        anyio.run(serve)
+    finally:
+        database.dispose()
