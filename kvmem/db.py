@@ -27,8 +27,9 @@ from sqlalchemy.exc import (
 from sqlalchemy.orm import Session, sessionmaker
 
 from kvmem.config import DatabaseConfig
+from kvmem.entries import utcnow
 from kvmem.errors import StoreUnavailable
-from kvmem.tables import User, utcnow
+from kvmem.tables import User
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 _WRITE = "kvmem_write"
@@ -217,7 +218,7 @@ class Database:
         on PostgreSQL the row lock serializes one user's writers across processes.
         """
         values = {"id": user_id, "created_at": utcnow()}
-        connection = session if isinstance(session, Connection) else session.connection()
+        connection = session.connection() if isinstance(session, Session) else session
         if self.dialect == "sqlite":
             connection.execute(_SQLITE_ADD_USER, values)
         elif self.dialect == "postgresql":

@@ -19,8 +19,8 @@ from sqlalchemy.pool import NullPool
 
 from kvmem.agent_run import AgentRun, DeadlinePassed
 from kvmem.db import Database
+from kvmem.entries import Entry
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
-from kvmem.store import Entry
 from tests.support.apps import (
     AGENT_MODEL,
     MAIN_MODEL,
