@@ -108,6 +108,9 @@ def create_app(
             config, database=database, tokens=tokens, client=client, metrics=metrics
         )
         mcp = McpTransport(services)
+        # The encoding now, before ready, not in the first write (whose caller would wait
+        # seconds for it, holding the writer thread on SQLite).
+        await anyio.to_thread.run_sync(services.tokens.load)
         services.store.start_group_commit()
         sweep = asyncio.create_task(sweep_history(services.store), name="kvmem-history-sweep")
         try:

@@ -24,6 +24,7 @@ from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
+from kvmem.driver_connection import Executor
 from kvmem.entries import iso, utcnow
 from kvmem.tables import MemoryChange
 
@@ -121,7 +122,7 @@ class ChangeLog:
 
     def record(
         self,
-        connection: Connection,
+        connection: Executor,
         user_id: str,
         key: str,
         op: Op,
@@ -162,7 +163,7 @@ class ChangeLog:
         ]
         session.execute(_INSERT, rows)
 
-    def prune(self, session: Session | Connection, user_id: str) -> int:
+    def prune(self, session: Session | Executor, user_id: str) -> int:
         """Delete the user's expired changes; how many. Free until one can have expired."""
         now = utcnow()
         with self._lock:

@@ -4,13 +4,14 @@ Every write applies `MemoryRules` and checks `tokenLimit` inside one transaction
 the user's write lock, so the limit holds under any concurrency; the change it makes is
 recorded (`kvmem.history`) in that same transaction, so history is never missing a write
 nor holds one that did not happen. A write that leaves the value as it was changes nothing:
-no change is recorded and `updated_at` and `source` stay. Every write runs prebuilt Core
-statements on a bare connection (no ORM session): the ORM's unit of work and identity map
-cost more than the SQL itself, and on SQLite every write holds the writer lock while it
-runs. Every query is scoped by `user_id`; callers get frozen dataclasses, never a session.
-On SQLite, while the app runs, concurrent `set`s share transactions through one writer
-thread (`kvmem.group_commit`), each keeping its own checks and result. The reads are
-`MemoryReader`'s (`kvmem.snapshots`), which this class extends.
+no change is recorded and `updated_at` and `source` stay. The entries' writes run
+prebuilt Core statements on a bare connection (no ORM session): the ORM's unit of work and
+identity map cost more than the SQL itself, and on SQLite every write holds the writer lock
+while it runs. On SQLite `set` and `delete` run them on the bare sqlite3 connection
+(`kvmem.driver_connection`), and while the app runs concurrent `set`s share transactions
+through one writer thread (`kvmem.group_commit`), each keeping its own checks and result.
+Every query is scoped by `user_id`; callers get frozen dataclasses, never a session. The
+reads are `MemoryReader`'s (`kvmem.snapshots`), which this class extends.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from typing import Any, Literal
 
 import anyio.to_thread
 from sqlalchemy import bindparam, delete, func, insert, select, update
-from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from kvmem.db import Database
+from kvmem.driver_connection import Executor
 from kvmem.entries import Entry, Imported, Reverted, Written, utcnow
 from kvmem.erasure import Erased, check_not_erased, erase_user_rows, fence_user
 from kvmem.errors import MemoryFull, NotFound
@@ -117,7 +118,7 @@ class MemoryStore(MemoryReader):
         if future is not None:
             return future.result()
         write = prepare()
-        with self.database.writing_connection() as connection:
+        with self.database.writing_prebuilt() as connection:
             written = write(connection)
             if guard is not None:
                 guard()
@@ -177,12 +178,12 @@ class MemoryStore(MemoryReader):
         """`set` in two steps: checking and counting the value (no transaction), then
         writing it on a connection whose transaction the caller owns."""
 
-        def prepare() -> Callable[[Connection], Written]:
+        def prepare() -> Callable[[Executor], Written]:
             self.rules.check_key(key)
             clean = self.rules.clean_value(value)
             tokens = self.tokens.count(clean)
 
-            def write(connection: Connection) -> Written:
+            def write(connection: Executor) -> Written:
                 self.database.lock_user(connection, user_id)
                 if since is not None:
                     check_not_erased(connection, user_id, since)
@@ -206,7 +207,7 @@ class MemoryStore(MemoryReader):
     ) -> Entry:
         """Remove the entry at `key` and return it, or `NotFound`; the rest as for `set`."""
         self.rules.check_key_format(key)
-        with self.database.writing_connection() as connection:
+        with self.database.writing_prebuilt() as connection:
             # Every write takes the user's lock first: one lock order for all writers.
             self.database.lock_user(connection, user_id)
             if since is not None:
@@ -261,7 +262,7 @@ class MemoryStore(MemoryReader):
 
     def _set_locked(
         self,
-        connection: Connection,
+        connection: Executor,
         user_id: str,
         key: str,
         value: str,
@@ -303,7 +304,7 @@ class MemoryStore(MemoryReader):
 
     def _delete_locked(
         self,
-        connection: Connection,
+        connection: Executor,
         user_id: str,
         row: Any,
         source: ChangeSource,
@@ -320,7 +321,7 @@ class MemoryStore(MemoryReader):
 
     def _record(
         self,
-        connection: Connection,
+        connection: Executor,
         user_id: str,
         key: str,
         op: Literal["set", "delete"],
