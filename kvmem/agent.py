@@ -47,6 +47,7 @@ from kvmem.agent_tools import (
     tool_definitions,
 )
 from kvmem.config import AgentConfig, Config
+from kvmem.entries import Entry, utcnow
 from kvmem.errors import (
     KvmemError,
     UserErased,
@@ -59,8 +60,7 @@ from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_inp
 from kvmem.proposals import ProposalStore
 from kvmem.redaction import SecretScrubber
 from kvmem.run_slots import RunSlot, RunSlots
-from kvmem.store import Entry, MemoryStore
-from kvmem.tables import utcnow
+from kvmem.store import MemoryStore
 from kvmem.upstream import Target
 from kvmem.usage import RecordBatches, RunUsage, UsageStore, day_start
 

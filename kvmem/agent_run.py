@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from kvmem.entries import iso, utcnow
 from kvmem.errors import KvmemError, UpstreamRateLimited, UpstreamRejected
-from kvmem.store import iso
-from kvmem.tables import utcnow
 
 AgentState = Literal[
     "disabled", "skipped", "gated", "over_budget", "busy", "running", "done", "failed", "timeout"

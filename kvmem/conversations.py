@@ -14,10 +14,10 @@ from typing import Any
 from sqlalchemy import and_, delete, func, or_, select
 
 from kvmem.db import Database
+from kvmem.entries import iso, utcnow
 from kvmem.erasure import check_not_erased
 from kvmem.errors import BadRequest, NotFound
-from kvmem.store import iso
-from kvmem.tables import Conversation, Message, utcnow
+from kvmem.tables import Conversation, Message
 
 TITLE_CHARS = 80
 

@@ -20,9 +20,9 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from kvmem.db import Database
+from kvmem.entries import iso, utcnow
 from kvmem.errors import NotFound
-from kvmem.store import iso
-from kvmem.tables import ApiKey, UserSession, utcnow
+from kvmem.tables import ApiKey, UserSession
 
 SECRET_PREFIX = "kvm_"
 SHOWN_PREFIX_LENGTH = 12

@@ -25,6 +25,7 @@ from sqlalchemy import ColumnElement, Table, bindparam, delete, insert, or_, sel
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
+from kvmem.driver_connection import Executor
 from kvmem.errors import UserErased
 from kvmem.tables import Base, UserErasure
 
@@ -125,13 +126,13 @@ def erasure_times(connection: Connection, user_ids: Iterable[str]) -> dict[str, 
     return {hashes[fenced]: erased_at for fenced, erased_at in rows}
 
 
-def erased_since(connection: Connection, user_id: str, since: datetime) -> bool:
+def erased_since(connection: Executor, user_id: str, since: datetime) -> bool:
     """Whether the user was erased at or after `since` (read under the user's lock)."""
     erased_at = connection.execute(_ERASED_AT, {"user_hash": user_hash(user_id)}).scalar()
     return erased_at is not None and erased_at >= since
 
 
-def check_not_erased(connection: Connection, user_id: str, since: datetime) -> None:
+def check_not_erased(connection: Executor, user_id: str, since: datetime) -> None:
     """`UserErased` if the user was erased after work that began at `since` began."""
     if erased_since(connection, user_id, since):
         raise UserErased(f"user {user_id!r} was erased after this write began")

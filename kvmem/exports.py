@@ -13,9 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
+from kvmem.entries import Snapshot, iso, utcnow
 from kvmem.errors import BadRequest, describe_problems
-from kvmem.store import Snapshot, iso
-from kvmem.tables import utcnow
 
 FORMAT = "kvmem.memory.v1"
 

@@ -12,7 +12,9 @@ and each of its writes is run again in a transaction of its own, so each gets it
 
 A write is a `Prepare`: called in the writer thread outside any transaction (validation,
 token counting; an error there answers the write at once), it returns the function that
-writes on a connection. This module knows nothing of memory entries; `MemoryStore` uses it.
+writes on a connection (`Database.writing_prebuilt`'s: the bare sqlite3 connection, on
+which a write runs prebuilt Core statements only). This module knows nothing of memory
+entries; `MemoryStore` uses it.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from kvmem.db import Database
+from kvmem.driver_connection import DriverConnection
 from kvmem.errors import StoreUnavailable
 
-Write = Callable[[Connection], Any]
+Write = Callable[[Connection | DriverConnection], Any]
 Prepare = Callable[[], Write]
 MAX_BATCH = 64
 
@@ -147,24 +150,22 @@ class GroupCommit:
     def _batch(self, ready: list[tuple[_Job, Write]]) -> None:
         outcomes: list[tuple[Any, Exception | None]] = []
         try:
-            with self.database.writing_connection() as connection:
-                # The savepoints go straight to sqlite3: through SQLAlchemy's nested
-                # transactions they cost a third of a write. SQLAlchemy only tracks the
-                # outer transaction, which they leave as it is.
-                driver = connection.connection.driver_connection
-                assert driver is not None
+            with self.database.writing_prebuilt() as connection:
+                # On the bare sqlite3 connection (`kvmem.driver_connection`): through
+                # SQLAlchemy, its statements and nested transactions cost most of a write.
+                assert isinstance(connection, DriverConnection)
                 for _job, write in ready:
-                    driver.execute(_SAVEPOINT)
+                    connection.run(_SAVEPOINT)
                     try:
                         result = write(connection)
                     except (SQLAlchemyError, StoreUnavailable):
                         raise
                     except Exception as exc:  # a refusal: this write only
-                        driver.execute(_ROLLBACK_TO)
-                        driver.execute(_RELEASE)
+                        connection.run(_ROLLBACK_TO)
+                        connection.run(_RELEASE)
                         outcomes.append((None, exc))
                         continue
-                    driver.execute(_RELEASE)
+                    connection.run(_RELEASE)
                     outcomes.append((result, None))
         except Exception:
             # The database failed somewhere: nothing of the batch is committed. Each write
@@ -180,7 +181,7 @@ class GroupCommit:
 
     def _alone(self, job: _Job, write: Write) -> None:
         try:
-            with self.database.writing_connection() as connection:
+            with self.database.writing_prebuilt() as connection:
                 result = write(connection)
         except Exception as exc:
             job.future.set_exception(exc)

@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from kvmem.tables import MemoryChange, utcnow
+from kvmem.driver_connection import Executor
+from kvmem.entries import iso, utcnow
+from kvmem.tables import MemoryChange
 
 Op = Literal["set", "delete"]
 ChangeSource = Literal["manual", "agent", "import", "revert", "mcp"]
@@ -34,13 +36,6 @@ MAX_CHANGE_ID = 2**31 - 1
 # Users whose next prune time is remembered; past this many the memory starts over.
 PRUNE_MEMORY_USERS = 100_000
 NEVER = datetime.max.replace(tzinfo=UTC)
-
-
-def iso(moment: datetime) -> str:
-    """`moment` as ISO 8601 in UTC with a `Z` suffix."""
-    # isoformat is several times faster than strftime; the zone is dropped, not converted,
-    # as strftime's format did (every stored time is UTC already).
-    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 @dataclass(frozen=True)
@@ -95,6 +90,17 @@ _COLUMNS = (
 
 
 _INSERT = insert(MemoryChange)
+# `prune`'s statements, built once (every write runs the first when the user's oldest change
+# may have expired). Ids grow with time, so the user's first change by id is (about) the oldest.
+_OLDEST = (
+    select(MemoryChange.at)
+    .where(MemoryChange.user_id == bindparam("user_id"))
+    .order_by(MemoryChange.id)
+    .limit(1)
+)
+_PRUNE_USER = delete(MemoryChange).where(
+    MemoryChange.user_id == bindparam("user_id"), MemoryChange.at < bindparam("cutoff")
+)
 
 
 class ChangeLog:
@@ -116,7 +122,7 @@ class ChangeLog:
 
     def record(
         self,
-        connection: Connection,
+        connection: Executor,
         user_id: str,
         key: str,
         op: Op,
@@ -144,7 +150,9 @@ class ChangeLog:
         )
         return result.inserted_primary_key[0]
 
-    def record_many(self, session: Session, user_id: str, changes: list[dict[str, Any]]) -> None:
+    def record_many(
+        self, session: Session | Connection, user_id: str, changes: list[dict[str, Any]]
+    ) -> None:
         """Record several changes (`key`, `op`, `old_value`, `new_value`, `source`) at once."""
         if not self.enabled or not changes:
             return
@@ -153,9 +161,9 @@ class ChangeLog:
             {"conversation_id": None, **change, "user_id": user_id, "at": now}
             for change in changes
         ]
-        session.execute(insert(MemoryChange), rows)
+        session.execute(_INSERT, rows)
 
-    def prune(self, session: Session | Connection, user_id: str) -> int:
+    def prune(self, session: Session | Executor, user_id: str) -> int:
         """Delete the user's expired changes; how many. Free until one can have expired."""
         now = utcnow()
         with self._lock:
@@ -163,19 +171,9 @@ class ChangeLog:
         if due is not None and now < due:
             return 0
         cutoff = now - timedelta(days=self.keep_days)
-        # Ids grow with time, so the user's first change by id is (about) the oldest.
-        oldest = session.scalar(
-            select(MemoryChange.at)
-            .where(MemoryChange.user_id == user_id)
-            .order_by(MemoryChange.id)
-            .limit(1)
-        )
+        oldest = session.execute(_OLDEST, {"user_id": user_id}).scalar()
         if oldest is not None and oldest < cutoff:
-            result = session.execute(
-                delete(MemoryChange).where(
-                    MemoryChange.user_id == user_id, MemoryChange.at < cutoff
-                )
-            )
+            result = session.execute(_PRUNE_USER, {"user_id": user_id, "cutoff": cutoff})
             with self._lock:  # the oldest one left is not known: look again next time
                 self._next_prune.pop(user_id, None)
             return result.rowcount
@@ -235,7 +233,9 @@ class ChangeLog:
         """Every kept change of one key, newest first."""
         return tuple(Change(*row) for row in session.execute(self._query(user_id, key)).all())
 
-    def find(self, session: Session, user_id: str, key: str, change_id: int) -> Change | None:
+    def find(
+        self, session: Session | Connection, user_id: str, key: str, change_id: int
+    ) -> Change | None:
         """The kept change `change_id` if it is this user's and this key's, else None."""
         if not 1 <= change_id <= MAX_CHANGE_ID:
             return None
@@ -244,7 +244,7 @@ class ChangeLog:
         ).first()
         return Change(*row) if row else None
 
-    def clear(self, session: Session, user_id: str) -> int:
+    def clear(self, session: Session | Connection, user_id: str) -> int:
         """Delete all of the user's changes; how many."""
         result = session.execute(delete(MemoryChange).where(MemoryChange.user_id == user_id))
         return result.rowcount

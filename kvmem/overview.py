@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvmem.config import Config
-from kvmem.store import Snapshot
+from kvmem.entries import Snapshot
 
 
 def memory_overview(snapshot: Snapshot, config: Config) -> dict[str, Any]:

@@ -11,8 +11,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvmem.entries import Entry
 from kvmem.proposals import Proposal
-from kvmem.store import Entry
 from kvmem.tokens import TokenCounter
 
 BLOCK_OPEN = "<user_memory>"

@@ -22,11 +22,11 @@ from typing import Any, Literal
 from sqlalchemy import delete, insert, select, update
 
 from kvmem.config import MemoryConfig
+from kvmem.entries import Entry, iso, utcnow
 from kvmem.erasure import check_not_erased
 from kvmem.errors import NotFound
-from kvmem.history import iso
-from kvmem.store import Entry, MemoryStore
-from kvmem.tables import MemoryEntry, MemoryProposal, User, utcnow
+from kvmem.store import MemoryStore
+from kvmem.tables import MemoryEntry, MemoryProposal, User
 
 MAX_PENDING = 50
 ProposalOp = Literal["set", "delete"]

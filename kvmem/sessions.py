@@ -21,8 +21,9 @@ from sqlalchemy import delete, select
 
 from kvmem.credentials import hash_secret
 from kvmem.db import Database
+from kvmem.entries import utcnow
 from kvmem.errors import Unauthorized
-from kvmem.tables import ApiKey, UserSession, utcnow
+from kvmem.tables import ApiKey, UserSession
 
 TOKEN_PREFIX = "kvs_"
 

@@ -73,7 +73,8 @@ def load_o200k(path: Path | None = None) -> tiktoken.Encoding:
 
 
 class TokenCounter:
-    """Counts o200k_base tokens; the encoding is loaded once, on first use, thread-safely."""
+    """Counts o200k_base tokens; the encoding is loaded once (on first use, or by `load`),
+    thread-safely."""
 
     def __init__(self, path: Path | None = None) -> None:
         self._path = path
@@ -88,6 +89,10 @@ class TokenCounter:
                 if self._encoding is None:
                     self._encoding = load_o200k(self._path)
         return self._encoding
+
+    def load(self) -> None:
+        """Load the encoding now, if it is not loaded yet (the app does so at start-up)."""
+        _ = self.encoding
 
     def count(self, text: str) -> int:
         """The number of tokens in `text`; special-token text counts as ordinary text."""

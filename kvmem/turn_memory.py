@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from kvmem.agent import MemoryAgent
 from kvmem.agent_run import AgentRun, AgentState
 from kvmem.config import Config
+from kvmem.entries import Entry, Snapshot
 from kvmem.errors import BadRequest, StoreUnavailable
 from kvmem.markers import Marker
 from kvmem.prompts import (
@@ -33,7 +34,7 @@ from kvmem.prompts import (
 )
 from kvmem.proposals import review_in_effect
 from kvmem.run_slots import RunSlot
-from kvmem.store import Entry, MemoryStore, Snapshot
+from kvmem.store import MemoryStore
 
 log = logging.getLogger("kvmem.turn_memory")
 

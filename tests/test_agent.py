@@ -19,8 +19,8 @@ from sqlalchemy.pool import NullPool
 
 from kvmem.agent_run import AgentRun, DeadlinePassed
 from kvmem.db import Database
+from kvmem.entries import Entry
 from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
-from kvmem.store import Entry
 from tests.support.apps import (
     AGENT_MODEL,
     MAIN_MODEL,
@@ -37,6 +37,7 @@ from tests.support.apps import (
 from tests.support.bounds import at_most
 from tests.support.hostile import HOSTILE_VALUES, unescape
 from tests.support.matchers import entry
+from tests.support.plans import sqlite_trace
 from tests.support.upstream import Reply
 
 SERVICE = {"Authorization": "Bearer service-secret"}
@@ -654,17 +655,18 @@ def sqlite_write_lock_held(database: Database, database_url: str) -> Iterator[Ca
     process's writer would); yields whether a writer of the app now waits for it."""
     waiting = threading.Event()
 
-    def before_cursor_execute(conn, cursor, statement, *args: Any) -> None:
+    def on_statement(statement: str) -> None:
         if statement == "BEGIN IMMEDIATE":
             waiting.set()
 
     holder = sqlite3.connect(database_url.removeprefix("sqlite:///"), isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
-    event.listen(database.engine, "before_cursor_execute", before_cursor_execute)
     try:
-        yield waiting.is_set
+        # Traced on sqlite3 itself: the app's writes run on SQLAlchemy's connections and
+        # on the bare sqlite3 connection (`Database.writing_prebuilt`).
+        with sqlite_trace(on_statement):
+            yield waiting.is_set
     finally:
-        event.remove(database.engine, "before_cursor_execute", before_cursor_execute)
         holder.execute("ROLLBACK")
         holder.close()
 
@@ -700,6 +702,15 @@ def postgres_user_lock_held(database_url: str, user_id: str) -> Iterator[Callabl
 def transaction_ends(database: Database) -> Iterator[list[str]]:
     """How the app's transactions end ("commit" or "rollback"), in order, while in the block."""
     ends: list[str] = []
+    if database.dialect == "sqlite":
+        # On sqlite3 itself, which every write path goes through (see above).
+        def on_statement(statement: str) -> None:
+            if statement in ("COMMIT", "ROLLBACK"):
+                ends.append(statement.lower())
+
+        with sqlite_trace(on_statement):
+            yield ends
+        return
 
     def committed(conn) -> None:
         ends.append("commit")

@@ -21,6 +21,7 @@ from kvmem.agent_run import MemoryUpdate
 from kvmem.agent_tools import tool_definitions
 from kvmem.cli import main
 from kvmem.config import Config
+from kvmem.entries import Entry
 from kvmem.eval_report import evaluation_json, evaluation_text
 from kvmem.eval_suite import CATEGORIES, Expectation, Suite, builtin_suite, load_suite
 from kvmem.evaluation import Evaluation, ScenarioResult, eval_config
@@ -33,7 +34,6 @@ from kvmem.prompts import (
     render_memory_block,
     with_marker_instructions,
 )
-from kvmem.store import Entry
 from kvmem.tokens import TokenCounter
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, Containing, set_memory
 from tests.support.eval_agents import (

@@ -16,9 +16,10 @@ from starlette.testclient import TestClient
 
 from kvmem.config import Config
 from kvmem.db import Database
+from kvmem.entries import Written
 from kvmem.errors import InvalidKey, MemoryFull
 from kvmem.rules import MemoryRules
-from kvmem.store import MemoryStore, Written
+from kvmem.store import MemoryStore
 from kvmem.tables import User
 from kvmem.tokens import TokenCounter
 
@@ -52,7 +53,9 @@ class Batched:
         self.gate = GatedTokens(tokens)
         self.store = MemoryStore(database, MemoryRules.from_config(config.memory), self.gate)  # type: ignore[arg-type]
         self.batches: list[int] = []
-        self.store.start_group_commit(on_batch=self.batches.append)
+        group = self.store.start_group_commit(on_batch=self.batches.append)
+        assert group is not None
+        self.group = group  # its queue shows when a write has been queued
         self.pool = ThreadPoolExecutor(80)
 
     def run(self, writes: list[Callable[[], Written]]) -> list[Written | Exception]:
@@ -62,7 +65,7 @@ class Batched:
         futures: list[Future[Written]] = []
         for write in writes:  # one at a time, so that the queue's order is the list's
             futures.append(self.pool.submit(write))
-            wait_until(lambda: self.store.queued_writes == len(futures))
+            wait_until(lambda: self.group.pending == len(futures))
         self.gate.opened.set()
         assert held.result(WAIT_S).created
         outcomes: list[Written | Exception] = []
@@ -254,7 +257,7 @@ def test_stopping_answers_every_queued_write_then_writes_run_directly(
     held = world.pool.submit(store.set, "gatekeeper", "gate", GATE)
     assert world.gate.entered.wait(WAIT_S)
     queued = [world.pool.submit(store.set, f"user{n}", "k", "v") for n in range(10)]
-    wait_until(lambda: store.queued_writes == 10)
+    wait_until(lambda: world.group.pending == 10)
     stopping = world.pool.submit(store.stop_group_commit)
     world.gate.opened.set()
     stopping.result(WAIT_S)

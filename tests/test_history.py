@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 from kvmem.config_loader import load_config
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
+from kvmem.entries import utcnow
 from kvmem.errors import ConfigError
 from kvmem.tables import (
     AgentRunRecord,
@@ -25,7 +26,6 @@ from kvmem.tables import (
     MemoryProposal,
     Message,
     UserSession,
-    utcnow,
 )
 from tests.support.apps import (
     AGENT_MODEL,

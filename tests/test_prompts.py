@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from kvmem.entries import Entry
 from kvmem.prompts import (
     _ESCAPES,
     _NEEDS_ESCAPE,
@@ -23,7 +24,6 @@ from kvmem.prompts import (
     render_memory_block,
     with_memory,
 )
-from kvmem.store import Entry
 from tests.support.hostile import HOSTILE_VALUES, unescape
 
 MARCH_1 = datetime(2026, 3, 1, 8, 30, tzinfo=UTC)

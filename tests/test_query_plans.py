@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
+from kvmem.entries import utcnow
 from kvmem.tables import (
     Conversation,
     MemoryChange,
@@ -20,7 +21,6 @@ from kvmem.tables import (
     MemoryProposal,
     Message,
     User,
-    utcnow,
 )
 from tests.support.apps import MAIN_MODEL
 from tests.support.plans import captured_statements, table_scans

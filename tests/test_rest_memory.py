@@ -16,8 +16,8 @@ from kvmem import __version__
 from kvmem.app import create_app
 from kvmem.config import Config
 from kvmem.db import Database
+from kvmem.entries import Snapshot
 from kvmem.overview import memory_overview, usage_percentage
-from kvmem.store import Snapshot
 from kvmem.tokens import TokenCounter
 from tests.support.apps import LOCAL_URL
 from tests.support.matchers import entry

@@ -11,8 +11,9 @@ from sqlalchemy import func, insert, select
 from starlette.testclient import TestClient
 
 from kvmem.db import Database
+from kvmem.entries import utcnow
 from kvmem.store import MemoryStore
-from kvmem.tables import MemoryChange, User, utcnow
+from kvmem.tables import MemoryChange, User
 from tests.support.apps import wait_until
 
 EXPIRED = 20_000  # 100 batches of the sweep's 200

@@ -10,6 +10,7 @@ import pytest
 
 from kvmem.config import Config
 from kvmem.db import Database
+from kvmem.entries import Imported
 from kvmem.errors import (
     BadRequest,
     EmptyValue,
@@ -21,7 +22,7 @@ from kvmem.errors import (
     ValueTooLong,
 )
 from kvmem.rules import MemoryRules
-from kvmem.store import Imported, MemoryStore
+from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from tests.support.matchers import entry
 

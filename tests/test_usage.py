@@ -16,8 +16,9 @@ from sqlalchemy import select
 from starlette.testclient import TestClient
 
 from kvmem.db import Database
+from kvmem.entries import utcnow
 from kvmem.errors import StoreUnavailable
-from kvmem.tables import AgentRunRecord, utcnow
+from kvmem.tables import AgentRunRecord
 from kvmem.usage import MAX_BATCH, RecordBatches, RunUsage, UsageStore, day_start
 from tests.support.apps import (
     AGENT_MODEL,

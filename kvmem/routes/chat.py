@@ -16,6 +16,7 @@ from starlette.routing import Route
 from kvmem.bodies import INT64_MAX, RequestBody, read_model
 from kvmem.completion_shapes import a_string, chunk_choices, first_choice
 from kvmem.conversations import new_conversation_id
+from kvmem.entries import utcnow
 from kvmem.errors import BadRequest, KvmemError, StoreUnavailable, UserErased
 from kvmem.main_call import MainCall
 from kvmem.prompts import ChatLine, with_memory
@@ -23,7 +24,6 @@ from kvmem.routes import route
 from kvmem.routes.paging import limit_param
 from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import Services, services_of, user_of
-from kvmem.tables import utcnow
 from kvmem.turn_memory import TurnMemory
 
 log = logging.getLogger("kvmem.chat")

@@ -8,11 +8,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from kvmem.entries import utcnow
 from kvmem.errors import BadRequest, Forbidden
 from kvmem.metrics import CONTENT_TYPE
 from kvmem.routes import route
 from kvmem.services import services_of, user_of
-from kvmem.tables import utcnow
 from kvmem.usage import DEFAULT_DAYS, MAX_DAYS
 
 DAYS = re.compile(r"[0-9]{1,3}")

@@ -6,10 +6,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from kvmem.entries import iso
 from kvmem.errors import BadRequest, Forbidden
 from kvmem.routes import route
 from kvmem.services import services_of, user_of
-from kvmem.store import iso
 
 
 async def create_session(request: Request) -> Response:

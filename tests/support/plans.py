@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -35,29 +35,52 @@ class Statement:
     parameters: Any = None
 
 
+# The callbacks of the `sqlite_trace` blocks now open (sqlite3 takes one per connection).
+_TRACERS: list[Callable[[str], None]] = []
+
+
+def _dispatch(sql: str) -> None:
+    for on_statement in list(_TRACERS):
+        on_statement(sql)
+
+
+@contextmanager
+def sqlite_trace(on_statement: Callable[[str], None]) -> Iterator[None]:
+    """Call `on_statement` with every statement's SQL run on a sqlite3 connection that the
+    pool hands out while the block runs: SQLAlchemy's and the raw-sqlite3 paths' alike
+    (`MemoryStore.snapshot`, `Database.writing_prebuilt`), transaction statements included.
+    Blocks may nest."""
+    traced: list[sqlite3.Connection] = []
+
+    def on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            dbapi_connection.set_trace_callback(_dispatch)
+            traced.append(dbapi_connection)
+
+    _TRACERS.append(on_statement)
+    event.listen(Pool, "checkout", on_checkout)
+    try:
+        yield
+    finally:
+        event.remove(Pool, "checkout", on_checkout)
+        _TRACERS.remove(on_statement)
+        if not _TRACERS:
+            for connection in traced:
+                connection.set_trace_callback(None)
+
+
 @contextmanager
 def captured_statements(engine: Engine) -> Iterator[list[Statement]]:
     """Every data statement run on `engine`'s database while the block runs."""
     statements: list[Statement] = []
     if engine.dialect.name == "sqlite":
-        traced: list[sqlite3.Connection] = []
 
         def trace(sql: str) -> None:
             if sql.lstrip().lower().startswith(DML):
                 statements.append(Statement(sql))
 
-        def on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-            if isinstance(dbapi_connection, sqlite3.Connection):
-                dbapi_connection.set_trace_callback(trace)
-                traced.append(dbapi_connection)
-
-        event.listen(Pool, "checkout", on_checkout)
-        try:
+        with sqlite_trace(trace):
             yield statements
-        finally:
-            event.remove(Pool, "checkout", on_checkout)
-            for connection in traced:
-                connection.set_trace_callback(None)
         return
 
     def before(_conn: Any, _cursor: Any, sql: str, parameters: Any, _context: Any,
