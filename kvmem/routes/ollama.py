@@ -50,7 +50,7 @@ async def generate(request: Request) -> Response:
     return await _generation(request, GenerateBody)
 
 
-async def _generation(request: Request, kind: type[ChatBody] | type[GenerateBody]) -> Response:
+async def _generation(request: Request, kind: type[ChatBody | GenerateBody]) -> Response:
     """The main call, exactly as on `/v1`: the request read in Ollama's shape and turned into
     OpenAI's, the reply turned back into Ollama's (`kvmem.ollama_shapes`)."""
     started = time.monotonic_ns()
