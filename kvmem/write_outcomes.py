@@ -39,8 +39,9 @@ class ImportOutcome(Protocol):
     def total_tokens(self) -> int: ...
 
 
-def written_json(outcome: WriteOutcome, token_limit: int) -> dict[str, Any]:
-    """The entry now (None when the write deleted it), the user's total and the limit."""
+def written_json(outcome: WriteOutcome, token_limit: int | None) -> dict[str, Any]:
+    """The entry now (None when the write deleted it), the user's total and the limit (None:
+    no limit)."""
     return {
         "memory": outcome.entry.as_json() if outcome.entry is not None else None,
         "total_tokens": outcome.total_tokens,
@@ -48,7 +49,7 @@ def written_json(outcome: WriteOutcome, token_limit: int) -> dict[str, Any]:
     }
 
 
-def imported_json(outcome: ImportOutcome, token_limit: int) -> dict[str, Any]:
+def imported_json(outcome: ImportOutcome, token_limit: int | None) -> dict[str, Any]:
     """How many entries an import wrote and deleted, the user's total and the limit."""
     return {
         "imported": outcome.imported,

@@ -50,13 +50,13 @@ async def generate(request: Request) -> Response:
     return await _generation(request, GenerateBody)
 
 
-async def _generation(request: Request, kind: type[ChatBody | GenerateBody]) -> Response:
+async def _generation(request: Request, shape: type[ChatBody | GenerateBody]) -> Response:
     """The main call, exactly as on `/v1`: the request read in Ollama's shape and turned into
     OpenAI's, the reply turned back into Ollama's (`kvmem.ollama_shapes`)."""
     started = time.monotonic_ns()
     services = services_of(request)
     user_id = await user_of(request)
-    body: Generation = await read_model(request, kind, services.config.server.max_body_bytes)
+    body: Generation = await read_model(request, shape, services.config.server.max_body_bytes)
     reply = Reply(body.kind, _served(services, body.model), started)
     if body.loads_only:
         return _loaded(reply, body.stream)
