@@ -51,6 +51,7 @@ from kvmem.entries import Entry, utcnow
 from kvmem.errors import (
     KvmemError,
     UserErased,
+    describe_problems,
 )
 from kvmem.intent import IntentGate
 from kvmem.markers import Marker
@@ -525,10 +526,7 @@ class MemoryAgent:
                 delete = DeleteMemoryArguments.model_validate(arguments)
                 return await self._write(run, user_id, delete.key, None)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
-                for e in exc.errors(include_url=False)
-            )
+            problems = describe_problems(exc, "arguments")
             return f"Error: invalid arguments for {name}: {problems}.", False
         return f'Error: tool "{name}" does not exist. Use set_memory or delete_memory.', False
 

@@ -17,6 +17,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from kvmem.errors import describe_problems
+
 JSON_MODE_INSTRUCTIONS = """\
 # Answer format
 You have no tools in this conversation. Instead of calling set_memory or delete_memory, \
@@ -89,10 +91,7 @@ def parse_answer(answer: str | None) -> list[SetOperation | DeleteOperation]:
     try:
         return _OPERATIONS.validate_python(document["operations"])
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'operations'}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-        )
+        problems = describe_problems(exc, "operations")
         raise InvalidAnswer(f"invalid operations: {problems}") from exc
 
 

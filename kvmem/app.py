@@ -23,7 +23,7 @@ from kvmem.config import Config
 from kvmem.conversations import ConversationStore
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
-from kvmem.errors import ClientGone, KvmemError, MethodNotAllowed, NotFound, openai_error_body
+from kvmem.errors import ClientGone, KvmemError, MethodNotAllowed, NotFound, error_body
 from kvmem.mcp_http import McpEndpoint, McpTransport
 from kvmem.metrics import Metrics, MetricsMiddleware
 from kvmem.model_client import ModelClient, agent_target, chat_target
@@ -171,17 +171,11 @@ def create_app(
 def error_response(
     request: Request, error: KvmemError, headers: Mapping[str, str] | None = None
 ) -> Response:
-    """The one place that chooses an error body's shape: OpenAI's fields under `/v1/`,
-    Ollama's `{"error": "message"}` under `/api/`."""
+    """`error` as the response, counted, in the body shape of its path (`error_body`)."""
     request.app.state.metrics.error(error.code)
-    path = request.url.path
-    if path.startswith("/api/"):
-        body: dict[str, Any] = {"error": error.message}
-    elif path.startswith("/v1/"):
-        body = openai_error_body(error)
-    else:
-        body = error.body()
-    return JSONResponse(body, status_code=error.status, headers=headers)
+    return JSONResponse(
+        error_body(request.url.path, error), status_code=error.status, headers=headers
+    )
 
 
 async def render_error(request: Request, exc: Exception) -> Response:

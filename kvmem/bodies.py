@@ -155,6 +155,11 @@ def validate(model: type[Body], data: Any) -> Body:
         raise BadRequest(f"invalid request body: {describe_problems(exc, 'body')}") from exc
 
 
-async def read_model(request: Request, model: type[Body], max_bytes: int) -> Body:
-    """Read, parse and validate a JSON body in one step."""
-    return validate(model, parse_json(await read_body(request, max_bytes)))
+async def read_model(
+    request: Request, model: type[Body], max_bytes: int, *, optional: bool = False
+) -> Body:
+    """Read, parse and validate a JSON body in one step: the one way a route reads a body
+    into a pydantic model. With `optional`, a blank body reads as `{}` (every field's default).
+    """
+    raw = await read_body(request, max_bytes)
+    return validate(model, {} if optional and not raw.strip() else parse_json(raw))

@@ -34,7 +34,8 @@
     SuiteError                    (not an HTTP error: a bad `kvmem eval` suite file, exit code 2)
 
 Under `/v1/` the same body also carries OpenAI's `type` and `param` (`openai_error_body`), so
-that OpenAI's SDKs raise the right exception class.
+that OpenAI's SDKs raise the right exception class; under `/api/` it is Ollama's
+`{"error": "message"}`. `error_body(path, exc)` is the one place that chooses.
 """
 
 from __future__ import annotations
@@ -307,6 +308,21 @@ def openai_error_body(exc: KvmemError) -> dict[str, Any]:
     return exc.openai_body()
 
 
+def error_body(path: str, exc: KvmemError) -> dict[str, Any]:
+    """The body of `exc` answered for a request to `path`: the one place that chooses an
+    error body's shape, for the app's error responses, the HTTP protocol's refusals and a
+    stream's last piece alike.
+
+    Ollama's `{"error": "message"}` under `/api/` (Ollama's clients read a string), OpenAI's
+    fields added under `/v1/` (`openai_error_body`), kvmem's own `body()` everywhere else.
+    """
+    if path.startswith("/api/"):
+        return {"error": exc.message}
+    if path.startswith("/v1/"):
+        return exc.openai_body()
+    return exc.body()
+
+
 class ConfigError(Exception):
     """memory.yaml cannot be read or is invalid; the message names the file and the field."""
 
@@ -321,7 +337,9 @@ MAX_PROBLEMS = 5
 
 
 def describe_problems(exc: ValidationError, whole: str) -> str:
-    """What is wrong, field by field (the first few); `whole` names the value itself."""
+    """What is wrong, field by field (the first few): the one wording of pydantic's errors,
+    for request bodies, imported documents, tool arguments (agent and MCP) and JSON-mode
+    answers; `whole` names the value itself (a problem with no field)."""
     errors = exc.errors(include_url=False)
     problems = "; ".join(
         f"{'.'.join(str(p) for p in error['loc'])[:100] or whole}: {error['msg']}"

@@ -40,7 +40,7 @@ from kvmem.db import Database
 from kvmem.errors import ConfigError, KvmemError, SuiteError
 from kvmem.eval_suite import Scenario, Suite
 from kvmem.intent import IntentGate
-from kvmem.main_call import MainCall, inject
+from kvmem.main_call import MainCall
 from kvmem.metrics import Metrics
 from kvmem.migrate import upgrade
 from kvmem.model_client import ModelClient, agent_target, chat_target, token_prices
@@ -269,17 +269,17 @@ class Evaluation:
         model's call with the memory block and the marker instructions, its markers applied
         when it ends. The run, the call's usage (calls, tokens in, tokens out), and why the
         call failed (None when it answered)."""
-        lines = [ChatLine(m.role, m.content) for m in scenario.messages]
-        memory = await service.begin(user_id, user_id, lines, temporary=False)
-        messages = inject([{"role": m.role, "content": m.content} for m in scenario.messages],
-                          memory.block)
-        call = MainCall(service, client, memory, self.target, messages, user_id)
+        call = await MainCall.start(
+            service, client, user_id,
+            [{"role": m.role, "content": m.content} for m in scenario.messages],
+            conversation_id=user_id,
+        )
         try:
             response = await call.complete()
         except KvmemError as exc:
-            return memory.run, (1, 0, 0), exc.message
+            return call.memory.run, (1, 0, 0), exc.message
         usage = response.get("usage") or {}
-        return memory.run, (
+        return call.memory.run, (
             1, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
         ), None
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from kvmem.errors import BadRequest, HeadersTooLarge, KvmemError, RequestTimeout, openai_error_body
+from kvmem.errors import BadRequest, HeadersTooLarge, KvmemError, RequestTimeout, error_body
 
 if TYPE_CHECKING:
     from kvmem.config import ServerConfig
@@ -200,10 +200,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._unanswered -= 1
 
     def _write_refusal(self, error: KvmemError) -> None:
-        openai = getattr(self, "url", b"").startswith(b"/v1/")
-        body = json.dumps(
-            openai_error_body(error) if openai else error.body(), separators=(",", ":")
-        ).encode()
+        path = getattr(self, "url", b"").decode("latin-1")
+        body = json.dumps(error_body(path, error), separators=(",", ":")).encode()
         head = [b"HTTP/1.1 %d %s\r\n" % (error.status, REASONS.get(error.status, b""))]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
         head += [

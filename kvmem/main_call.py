@@ -1,11 +1,12 @@
 """The main model call of a chat request, with memory around it: one lifecycle for every route.
 
-`/v1/chat/completions`, the Ollama routes and `/chat` all do the same thing around the model:
-memory has started (block read, agent running) before the call; the call answers whole or
-streamed; when it ends, however it ends (answer, upstream error, timeout, client gone), the
-agent's grace period starts and the upstream stream is closed, exactly once. `MainCall`
-owns that; a route only turns its request into messages and the model's chunks into its
-own reply shape (`Render`), and says how an error looks once a stream has started.
+`/v1/chat/completions`, the Ollama routes and `/chat` all do the same thing around the model,
+through `MainCall.start`: memory begins (block read, agent running) before the call and the
+block goes into the messages' system message; the call answers whole or streamed; when it
+ends, however it ends (answer, upstream error, timeout, client gone), the agent's grace period
+starts and the upstream stream is closed, exactly once. `MainCall` owns that; a route only
+turns its request into messages and the model's chunks into its own reply shape (`Render`),
+and says how an error looks once a stream has started (`kvmem.errors.error_body`).
 
 Under `placement: inline` the call also cuts the memory markers out of the model's reply
 (kvmem/markers.py) before any route sees it, whole or streamed: a streamed chunk's
@@ -19,12 +20,12 @@ closing it (started or not) ends the call.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
 from kvmem.errors import KvmemError
 from kvmem.markers import MarkerFilter, marker_limit
-from kvmem.model_client import ModelClient
+from kvmem.model_client import ModelClient, chat_target
 from kvmem.prompts import ChatLine, with_memory
 from kvmem.turn_memory import MemoryService, TurnMemory
 from kvmem.upstream import Target
@@ -36,7 +37,7 @@ Render = Callable[[AsyncIterator[Chunk]], AsyncGenerator[str, None]]
 
 
 class MainCall:
-    """One call of the main model for a request whose memory has begun."""
+    """One call of the main model for a request whose memory has begun (`MainCall.start`)."""
 
     def __init__(
         self,
@@ -61,6 +62,38 @@ class MainCall:
             MarkerFilter(marker_limit(memory_service.config.memory.char_limit))
             if memory.inline else None
         )
+
+    @classmethod
+    async def start(
+        cls,
+        memory_service: MemoryService,
+        client: ModelClient,
+        user_id: str,
+        messages: list[dict[str, Any]],
+        *,
+        model: str | None = None,
+        params: dict[str, Any] | None = None,
+        conversation_id: str | None = None,
+        temporary: bool = False,
+        window: Sequence[ChatLine] | None = None,
+    ) -> MainCall:
+        """Begin the request's memory and set up its main call: what every route does.
+
+        `MemoryService.begin` reads the user's block and starts the agent on `window` (by
+        default the messages' own text, `chat_lines`; `/chat` passes its stored history);
+        `temporary` (`X-Memory: off`) reads and writes nothing. The block goes into the
+        messages' system message (`inject`), and the call goes to `model` (default
+        `chat.model`; see `chat_target`) with `params` beside the messages.
+        """
+        target = chat_target(memory_service.config.chat, model)
+        memory = await memory_service.begin(
+            user_id,
+            conversation_id,
+            chat_lines(messages) if window is None else window,
+            temporary=temporary,
+        )
+        return cls(memory_service, client, memory, target, inject(messages, memory.block),
+                   user_id, params)
 
     async def complete(self) -> dict[str, Any]:
         """The whole answer (an OpenAI `chat.completion` dict); the call has ended on return,
@@ -228,14 +261,16 @@ async def _strip_streamed(
 
 
 def message_text(content: Any) -> str:
-    """The text of an OpenAI message's content: a string, or the text parts of a list."""
+    """The text of an OpenAI message's content: a string, or the non-empty text parts of a
+    list joined by newlines (images, audio and files have none)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         return "\n".join(
             part["text"]
             for part in content
-            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+            if isinstance(part, dict) and part.get("type") == "text"
+            and isinstance(part.get("text"), str) and part["text"]
         )
     return ""
 

@@ -27,9 +27,10 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvmem.agent_tools import KEY_DESCRIPTION, refusal_message, tool_schema
-from kvmem.errors import KvmemError, NotFound
+from kvmem.errors import KvmemError, NotFound, describe_problems
 from kvmem.overview import memory_overview
 from kvmem.services import Services
+from kvmem.write_outcomes import written_json
 
 log = logging.getLogger("kvmem.mcp")
 
@@ -211,10 +212,7 @@ class MemoryMcp:
         try:
             arguments = arguments_model.model_validate(raw)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
-                for e in exc.errors(include_url=False)
-            )
+            problems = describe_problems(exc, "arguments")
             return _error(f"Error: invalid arguments for {params.name}: {problems}.")
         if self.services.config.memory.disabled:
             return _error("Error: memory is disabled on this server (memory.disabled is true).")
@@ -243,8 +241,7 @@ class MemoryMcp:
             entry = written.entry
             return _result(
                 f'Memory set for key "{entry.key}" ({entry.token_count} tokens)',
-                {"memory": entry.as_json(), "total_tokens": written.total_tokens,
-                 "token_limit": config.memory.token_limit},
+                written_json(written, config.memory.token_limit),
             )
         if name == "memory_delete":
             entry = store.delete(user, arguments.key, "mcp")
@@ -260,9 +257,7 @@ class MemoryMcp:
             accepted = proposals.accept(user, arguments.id)
             self.services.metrics.memory_write("agent", "set" if accepted.entry else "delete")
             return _result(
-                f"Proposal {arguments.id} kept",
-                {"memory": accepted.entry.as_json() if accepted.entry else None,
-                 "total_tokens": accepted.total_tokens, "token_limit": config.memory.token_limit},
+                f"Proposal {arguments.id} kept", written_json(accepted, config.memory.token_limit)
             )
         if name == "memory_proposal_reject":
             proposals.reject(user, arguments.id)

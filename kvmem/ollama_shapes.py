@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
@@ -104,7 +104,10 @@ Format = Literal["", "json"] | dict[str, Any] | None
 
 
 class Generation(OllamaBody):
-    """What `/api/chat` and `/api/generate` share."""
+    """What `/api/chat` and `/api/generate` share: each is read here and asked for its
+    OpenAI messages and parameters (`openai_messages`, `params`)."""
+
+    kind: ClassVar[Literal["chat", "generate"]]
 
     model: str = Field(min_length=1)
     stream: bool = True
@@ -117,6 +120,15 @@ class Generation(OllamaBody):
         if value is None or value in ("", "json") or isinstance(value, dict):
             return value
         raise ValueError('format must be "json" or a JSON schema object')
+
+    @property
+    def loads_only(self) -> bool:
+        """A request with nothing to answer: Ollama's way of loading the model."""
+        raise NotImplementedError
+
+    def openai_messages(self) -> list[dict[str, Any]]:
+        """The request as OpenAI messages."""
+        raise NotImplementedError
 
     def params(self) -> dict[str, Any]:
         """The OpenAI parameters for `options` and `format`."""
@@ -134,8 +146,19 @@ class Generation(OllamaBody):
 class ChatBody(Generation):
     """`POST /api/chat`."""
 
+    kind = "chat"
+
     messages: list[Message] = Field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
+
+    @property
+    def loads_only(self) -> bool:
+        """No messages: load the model, answer nothing."""
+        return not self.messages
+
+    def openai_messages(self) -> list[dict[str, Any]]:
+        """The chat history as OpenAI messages (`chat_messages`)."""
+        return chat_messages(self.messages)
 
     def params(self) -> dict[str, Any]:
         """`options`, `format` and `tools` (Ollama's tools are OpenAI's function tools)."""
@@ -148,9 +171,20 @@ class ChatBody(Generation):
 class GenerateBody(Generation):
     """`POST /api/generate`."""
 
+    kind = "generate"
+
     prompt: str = ""
     system: str | None = None
     images: Images = None
+
+    @property
+    def loads_only(self) -> bool:
+        """No prompt and no image: load the model, answer nothing."""
+        return not self.prompt and not self.images
+
+    def openai_messages(self) -> list[dict[str, Any]]:
+        """`system` and `prompt` as OpenAI messages (`generate_messages`)."""
+        return generate_messages(self)
 
 
 class ShowBody(OllamaBody):
@@ -321,11 +355,6 @@ def show_reply(model: str, modified_at: str) -> dict[str, Any]:
 def ndjson(value: dict[str, Any]) -> str:
     """One NDJSON line."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n"
-
-
-def error_line(message: str) -> str:
-    """A failure after the stream started: Ollama's last line."""
-    return ndjson({"error": message})
 
 
 def done_reason(finish_reason: str | None) -> str:

@@ -61,6 +61,24 @@ def test_every_error_class_has_a_status_a_code_and_an_openai_type(cls: type[Kvme
     }
 
 
+@pytest.mark.parametrize(("path", "body"), [
+    ("/api/chat", {"error": "upstream said no"}),
+    ("/api/tags", {"error": "upstream said no"}),
+    ("/v1/chat/completions", {"error": {"code": "upstream_rejected", "message": "upstream said no",
+                                        "type": "invalid_request_error", "param": "messages"}}),
+    ("/chat", {"error": {"code": "upstream_rejected", "message": "upstream said no"}}),
+    ("/memory/k", {"error": {"code": "upstream_rejected", "message": "upstream said no"}}),
+    ("", {"error": {"code": "upstream_rejected", "message": "upstream said no"}}),
+    ("/apis", {"error": {"code": "upstream_rejected", "message": "upstream said no"}}),
+])
+def test_error_body_takes_the_shape_of_the_paths_api(path: str, body: dict[str, Any]) -> None:
+    """Ollama's string under /api/, OpenAI's object (the upstream's own fields) under /v1/,
+    kvmem's everywhere else, the protocol's refusals before any route (no path) included."""
+    error = kvmem.errors.UpstreamRejected(
+        "upstream said no", upstream={"type": "invalid_request_error", "param": "messages"})
+    assert kvmem.errors.error_body(path, error) == body
+
+
 def test_codes_are_unique_per_class() -> None:
     """Two classes with one code would make clients unable to tell them apart."""
     seen: dict[str, type[KvmemError]] = {}

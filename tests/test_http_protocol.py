@@ -233,3 +233,29 @@ def test_item6_a_client_gone_mid_body_is_499_at_info(
              for r in caplog.records if r.name.startswith("kvmem")]
     assert kvmem == [("INFO", "client gone before its request was read: PUT /memory/k", False)]
     assert entries(server) == []
+
+
+# --- the protocol's refusals are in the error shape of the path's API ------------------------
+
+HEAD_OVER = f"the request line and headers are over the limit of {HEAD_LIMIT} bytes"
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/api/chat", {"error": HEAD_OVER}),  # Ollama's clients read a string
+    ("/v1/chat/completions", {"error": {"code": "headers_too_large", "message": HEAD_OVER,
+                                        "type": "invalid_request_error", "param": None}}),
+    ("/memory/k", error("headers_too_large", HEAD_OVER)),
+], ids=["ollama", "openai", "kvmem"])
+def test_an_oversized_head_is_refused_in_the_error_shape_of_its_path(
+    make_server: MakeServer, path: str, body: dict[str, Any]
+) -> None:
+    server = make_server(server={"max_header_bytes": HEAD_LIMIT})
+    request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               f"X-Big: {'a' * HEAD_LIMIT}\r\nContent-Length: 2\r\n\r\n{{}}").encode()
+    answer, closed, _ = converse(server.port, request)
+    assert answers(answer) == [("HTTP/1.1 431 Request Header Fields Too Large", {
+        "content-type": "application/json", "x-content-type-options": "nosniff",
+        "content-length": str(len(json.dumps(body, separators=(",", ":")))),
+        "connection": "close"}, body)]
+    assert closed
+    assert entries(server) == []

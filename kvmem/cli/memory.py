@@ -22,6 +22,7 @@ from kvmem.cli.command import (
     user_option,
 )
 from kvmem.config_loader import LoadedConfig
+from kvmem.write_outcomes import imported_json, written_json
 
 
 @click.group("memory")
@@ -71,13 +72,7 @@ def memory_set(user_id: str, key: str, value: str) -> None:
     store = open_store(loaded)
     with operation():
         written = store.set(user_id, key, value, "manual")
-        print_json(
-            {
-                "memory": written.entry.as_json(),
-                "total_tokens": written.total_tokens,
-                "token_limit": loaded.config.memory.token_limit,
-            }
-        )
+        print_json(written_json(written, loaded.config.memory.token_limit))
 
 
 @memory_group.command("delete")
@@ -149,14 +144,7 @@ def memory_import(user_id: str, file: str, replace: bool) -> None:
         imported = store.import_document(
             user_id, items, mode="replace" if replace else "merge"
         )
-    print_json(
-        {
-            "imported": imported.imported,
-            "deleted": imported.deleted,
-            "total_tokens": imported.total_tokens,
-            "token_limit": loaded.config.memory.token_limit,
-        }
-    )
+    print_json(imported_json(imported, loaded.config.memory.token_limit))
 
 
 @memory_group.command("history")
@@ -188,13 +176,7 @@ def memory_revert(user_id: str, key: str, change_id: int) -> None:
     store = open_store(loaded)
     with operation():
         reverted = store.revert(user_id, key, change_id)
-    print_json(
-        {
-            "memory": reverted.entry.as_json() if reverted.entry else None,
-            "total_tokens": reverted.total_tokens,
-            "token_limit": loaded.config.memory.token_limit,
-        }
-    )
+    print_json(written_json(reverted, loaded.config.memory.token_limit))
 
 
 def open_proposals(loaded: LoadedConfig) -> Any:
@@ -228,13 +210,7 @@ def memory_accept(user_id: str, proposal_id: int) -> None:
     proposals = open_proposals(loaded)
     with operation():
         accepted = proposals.accept(user_id, proposal_id)
-    print_json(
-        {
-            "memory": accepted.entry.as_json() if accepted.entry else None,
-            "total_tokens": accepted.total_tokens,
-            "token_limit": loaded.config.memory.token_limit,
-        }
-    )
+    print_json(written_json(accepted, loaded.config.memory.token_limit))
 
 
 @memory_group.command("reject")

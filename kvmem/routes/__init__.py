@@ -24,3 +24,9 @@ def route(path: str, **handlers: Handler) -> Route:
         return await handlers[request.method](request)
 
     return Route(path, dispatch, methods=list(handlers))
+
+
+def memory_off(request: Request) -> bool:
+    """Whether the request asks to chat without memory (`X-Memory: off`): nothing is read,
+    nothing is written."""
+    return request.headers.get("x-memory", "").strip().lower() == "off"

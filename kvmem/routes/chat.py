@@ -17,9 +17,9 @@ from kvmem.bodies import INT64_MAX, RequestBody, read_model
 from kvmem.completion_shapes import a_string, chunk_choices, first_choice
 from kvmem.conversations import new_conversation_id
 from kvmem.entries import utcnow
-from kvmem.errors import BadRequest, KvmemError, StoreUnavailable, UserErased
+from kvmem.errors import BadRequest, StoreUnavailable, UserErased, error_body
 from kvmem.main_call import MainCall
-from kvmem.prompts import ChatLine, with_memory
+from kvmem.prompts import ChatLine
 from kvmem.routes import route
 from kvmem.routes.paging import limit_param
 from kvmem.routes.streaming import ClosingStreamingResponse
@@ -40,7 +40,7 @@ class ChatRequest(RequestBody):
 
 
 class Turn:
-    """One /chat turn: its request, its conversation, its memory and its upstream messages."""
+    """One /chat turn: its request, its conversation and its memory."""
 
     def __init__(self, services: Services, user_id: str, body: ChatRequest) -> None:
         self.services = services
@@ -49,11 +49,11 @@ class Turn:
         self.new = body.conversation_id is None
         self.conversation_id = body.conversation_id or new_conversation_id()
         self.memory: TurnMemory | None = None
-        self.messages: list[dict[str, str]] = []
         self.began = utcnow()  # an erasure of the user after this keeps the turn from being stored
 
-    async def prepare(self) -> None:
-        """Load the history (404 if not the user's), start memory, build the upstream request."""
+    async def start(self) -> MainCall:
+        """Load the history (404 if not the user's) and start the main call on it: the agent
+        reads the conversation's recent messages, the model the last `max_turns` of them."""
         config = self.services.config
         max_turns = config.chat.max_turns if self.body.max_turns is None else self.body.max_turns
         history = []
@@ -63,20 +63,20 @@ class Turn:
             history = await run_in_threadpool(
                 self.services.conversations.recent, self.user_id, self.conversation_id, count
             )
-        lines = [ChatLine(m.role, m.content) for m in history]
-        lines.append(ChatLine("user", self.body.message))
-        self.memory = await self.services.memory.begin(
-            self.user_id,
-            self.conversation_id,
-            lines,
-            temporary=not self.body.memory,
-        )
+        window = [ChatLine(m.role, m.content) for m in history]
+        window.append(ChatLine("user", self.body.message))
         sent = history[max(0, len(history) - 2 * max_turns) :] if max_turns else []
-        self.messages = [
-            {"role": "system", "content": with_memory(config.chat.system_prompt, self.memory.block)},
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": config.chat.system_prompt},
             *({"role": m.role, "content": m.content} for m in sent),
             {"role": "user", "content": self.body.message},
         ]
+        call = await MainCall.start(
+            self.services.memory, self.services.client, self.user_id, messages,
+            conversation_id=self.conversation_id, temporary=not self.body.memory, window=window,
+        )
+        self.memory = call.memory
+        return call
 
     async def store(self, reply: str) -> None:
         """Keep the finished turn (user message and reply together).
@@ -123,10 +123,7 @@ async def chat(request: Request) -> Response:
     if "\x00" in body.message:
         raise BadRequest("message contains a NUL character, which cannot be stored")
     turn = Turn(services, user_id, body)
-    await turn.prepare()
-    assert turn.memory is not None
-    call = MainCall(services.memory, services.client, turn.memory, services.chat_target,
-                    turn.messages, user_id)
+    call = await turn.start()
     if not body.stream:
         response = await call.complete()
         message = first_choice(response)["message"]
@@ -135,8 +132,12 @@ async def chat(request: Request) -> Response:
         return JSONResponse(turn.reply(text))
 
     # The first delta is awaited before answering, so a failure before it is a plain error.
+    path = request.url.path
     stream = await call.stream(
-        lambda chunks: _events(turn, chunks), _error_event, until=lambda c: bool(_delta_text(c))
+        lambda chunks: _events(turn, chunks),
+        # A failure after the first delta: the stream's last event (the turn is not stored).
+        lambda exc: sse("error", error_body(path, exc)),
+        until=lambda c: bool(_delta_text(c)),
     )
     return ClosingStreamingResponse(stream)
 
@@ -173,11 +174,6 @@ async def _events(turn: Turn, chunks: AsyncIterator[dict[str, Any]]) -> AsyncGen
         async for update in run.events():
             yield sse("memory", update.as_json())
     yield sse("done", turn.reply("".join(parts)))
-
-
-def _error_event(exc: KvmemError) -> str:
-    """A failure after the first delta: the stream's last event (the turn is not stored)."""
-    return sse("error", exc.body())
 
 
 async def list_conversations(request: Request) -> Response:

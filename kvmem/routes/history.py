@@ -21,6 +21,7 @@ from kvmem.exports import export_document, read_document
 from kvmem.routes import route
 from kvmem.routes.paging import MAX_ID, int_param, limit_param
 from kvmem.services import require_memory, services_of, user_of
+from kvmem.write_outcomes import imported_json, written_json
 
 class RevertBody(RequestBody):
     """`POST /memory/{key}/revert`."""
@@ -67,13 +68,7 @@ async def revert(request: Request) -> Response:
     body = await read_model(request, RevertBody, services.config.server.max_body_bytes)
     reverted = await run_in_threadpool(services.store.revert, user, key, body.to)
     services.metrics.memory_write("revert", "set" if reverted.entry else "delete")
-    return JSONResponse(
-        {
-            "memory": reverted.entry.as_json() if reverted.entry else None,
-            "total_tokens": reverted.total_tokens,
-            "token_limit": services.config.memory.token_limit,
-        }
-    )
+    return JSONResponse(written_json(reverted, services.config.memory.token_limit))
 
 
 async def export_memory(request: Request) -> Response:
@@ -97,14 +92,7 @@ async def import_memory(request: Request) -> Response:
     services.metrics.memory_write("import", "set", imported.imported)
     if imported.deleted:
         services.metrics.memory_write("import", "delete", imported.deleted)
-    return JSONResponse(
-        {
-            "imported": imported.imported,
-            "deleted": imported.deleted,
-            "total_tokens": imported.total_tokens,
-            "token_limit": services.config.memory.token_limit,
-        }
-    )
+    return JSONResponse(imported_json(imported, services.config.memory.token_limit))
 
 
 def _mode(raw: str) -> Literal["merge", "replace"]:

@@ -26,8 +26,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kvmem.bodies import RequestBody, parse_json, read_body, validate
+from kvmem.bodies import RequestBody, read_model
 from kvmem.errors import BadRequest, TooManyRuns
+from kvmem.main_call import message_text
 from kvmem.prompts import ChatLine, with_memory
 from kvmem.services import services_of, user_of
 from kvmem.turn_memory import check_conversation_id
@@ -68,13 +69,6 @@ class AgentMessage(BaseModel):
                 raise ValueError(f"content part {index} is a text part without a string 'text'")
         return content
 
-    def text(self) -> str:
-        """The message's text: its string content, or its text parts joined (images ignored)."""
-        if isinstance(self.content, str):
-            return self.content
-        parts = self.content or []
-        return "\n".join(part["text"] for part in parts if part["type"] == "text" and part["text"])
-
 
 class AgentRequest(RequestBody):
     """`POST /memory/agent`."""
@@ -89,8 +83,9 @@ async def memory_context(request: Request) -> Response:
     """The block kvmem would inject for this user now, and the given system text with it."""
     services = services_of(request)
     user = await user_of(request)
-    raw = await read_body(request, services.config.server.max_body_bytes)
-    body = validate(ContextRequest, parse_json(raw) if raw.strip() else {})
+    body = await read_model(
+        request, ContextRequest, services.config.server.max_body_bytes, optional=True
+    )
     context = await services.memory.context(user)
     return JSONResponse(
         {
@@ -108,11 +103,9 @@ async def memory_agent(request: Request) -> Response:
     arrived = time.monotonic()  # the deadline counts from here, body reading included
     services = services_of(request)
     user = await user_of(request)
-    body = validate(
-        AgentRequest, parse_json(await read_body(request, services.config.server.max_body_bytes))
-    )
+    body = await read_model(request, AgentRequest, services.config.server.max_body_bytes)
     conversation_id = _conversation_id(request, body.conversation_id)
-    lines = [ChatLine(message.role, message.text()) for message in body.messages]
+    lines = [ChatLine(message.role, message_text(message.content)) for message in body.messages]
     run = await services.memory.start_agent(
         user, conversation_id, lines, deadline=arrived + body.deadline_seconds
     )

@@ -18,6 +18,7 @@ from kvmem.overview import memory_overview
 from kvmem.proposals import review_in_effect
 from kvmem.routes import history, proposals, route
 from kvmem.services import Services, require_memory, services_of, user_of
+from kvmem.write_outcomes import written_json
 
 
 async def list_memories(request: Request) -> Response:
@@ -54,11 +55,7 @@ async def put_memory(request: Request) -> Response:
     written = await services.store.set_async(user, key, body.value, "manual")
     services.metrics.memory_write("manual", "set")
     return JSONResponse(
-        {
-            "memory": written.entry.as_json(),
-            "total_tokens": written.total_tokens,
-            "token_limit": services.config.memory.token_limit,
-        },
+        written_json(written, services.config.memory.token_limit),
         status_code=201 if written.created else 200,
     )
 

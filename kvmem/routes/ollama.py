@@ -12,24 +12,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kvmem.bodies import Body, parse_json, read_body, validate
-from kvmem.errors import KvmemError, ModelNotFound
-from kvmem.main_call import MainCall, chat_lines, inject
-from kvmem.model_client import chat_target
+from kvmem.bodies import read_model
+from kvmem.errors import ModelNotFound, error_body
+from kvmem.main_call import MainCall
 from kvmem.ollama_shapes import (
     OLLAMA_API_VERSION,
     ChatBody,
     GenerateBody,
+    Generation,
     Reply,
     ShowBody,
-    chat_messages,
-    error_line,
-    generate_messages,
     has_output,
     model_entry,
     ndjson,
@@ -37,7 +33,7 @@ from kvmem.ollama_shapes import (
     show_reply,
     timestamp,
 )
-from kvmem.routes import route
+from kvmem.routes import memory_off, route
 from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import Services, services_of, user_of
 
@@ -46,55 +42,38 @@ NDJSON = "application/x-ndjson"
 
 async def chat(request: Request) -> Response:
     """`POST /api/chat`: a chat, answered in Ollama's shape."""
-    started = time.monotonic_ns()
-    services = services_of(request)
-    user_id = await user_of(request)
-    body = await _read(request, services, ChatBody)
-    reply = Reply("chat", _served(services, body.model), started)
-    if not body.messages:
-        return _loaded(reply, body.stream)
-    messages = chat_messages(body.messages)
-    return await _answer(request, services, user_id, reply, messages, body.params(), body.stream)
+    return await _generation(request, ChatBody)
 
 
 async def generate(request: Request) -> Response:
     """`POST /api/generate`: a prompt (and `system`), the text in `response`."""
+    return await _generation(request, GenerateBody)
+
+
+async def _generation(request: Request, shape: type[ChatBody | GenerateBody]) -> Response:
+    """The main call, exactly as on `/v1`: the request read in Ollama's shape and turned into
+    OpenAI's, the reply turned back into Ollama's (`kvmem.ollama_shapes`)."""
     started = time.monotonic_ns()
     services = services_of(request)
     user_id = await user_of(request)
-    body = await _read(request, services, GenerateBody)
-    reply = Reply("generate", _served(services, body.model), started)
-    if not body.prompt and not body.images:
+    body: Generation = await read_model(request, shape, services.config.server.max_body_bytes)
+    reply = Reply(body.kind, _served(services, body.model), started)
+    if body.loads_only:
         return _loaded(reply, body.stream)
-    messages = generate_messages(body)
-    return await _answer(request, services, user_id, reply, messages, body.params(), body.stream)
-
-
-async def _answer(
-    request: Request,
-    services: Services,
-    user_id: str,
-    reply: Reply,
-    messages: list[dict[str, Any]],
-    params: dict[str, Any],
-    stream: bool,
-) -> Response:
-    """The main call, exactly as on `/v1`, answered in Ollama's shape."""
-    temporary = request.headers.get("x-memory", "").strip().lower() == "off"
-    memory = await services.memory.begin(user_id, None, chat_lines(messages), temporary=temporary)
-    if stream:
+    params = body.params()
+    if body.stream:
         params["stream_options"] = {"include_usage": True}  # for the last line's counts
-    call = MainCall(services.memory, services.client, memory,
-                    chat_target(services.config.chat, reply.model),
-                    inject(messages, memory.block), user_id, params)
-    if not stream:
+    call = await MainCall.start(
+        services.memory, services.client, user_id, body.openai_messages(),
+        model=reply.model, params=params, temporary=memory_off(request),
+    )
+    if not body.stream:
         return JSONResponse(reply.whole(await call.complete()))
-    lines = await call.stream(reply.lines, _error_line, until=has_output)
+    path = request.url.path
+    lines = await call.stream(
+        reply.lines, lambda exc: ndjson(error_body(path, exc)), until=has_output
+    )
     return _ndjson_response(lines)
-
-
-def _error_line(exc: KvmemError) -> str:
-    return error_line(exc.message)
 
 
 def _ndjson_response(lines: AsyncIterator[str]) -> Response:
@@ -111,10 +90,6 @@ def _loaded(reply: Reply, stream: bool) -> Response:
 
 async def _one(line: str) -> AsyncGenerator[str, None]:
     yield line
-
-
-async def _read(request: Request, services: Services, model: type[Body]) -> Body:
-    return validate(model, parse_json(await read_body(request, services.config.server.max_body_bytes)))
 
 
 def _served(services: Services, wanted: str) -> str:
@@ -140,7 +115,7 @@ async def show(request: Request) -> Response:
     """`POST /api/show`: one served model's details and capabilities."""
     services = services_of(request)
     await user_of(request)
-    body = await _read(request, services, ShowBody)
+    body = await read_model(request, ShowBody, services.config.server.max_body_bytes)
     return JSONResponse(show_reply(_served(services, body.wanted), timestamp()))
 
 

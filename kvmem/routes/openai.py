@@ -12,48 +12,86 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, SkipValidation, model_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kvmem.bodies import parse_json, read_body
-from kvmem.errors import BadRequest, KvmemError, ModelNotFound, openai_error_body
-from kvmem.main_call import MainCall, chat_lines, inject
-from kvmem.model_client import chat_target
+from kvmem.bodies import read_model
+from kvmem.errors import BadRequest, ModelNotFound, error_body
+from kvmem.main_call import MainCall
+from kvmem.routes import memory_off
 from kvmem.routes.streaming import ClosingStreamingResponse
 from kvmem.services import services_of, user_of
 from kvmem.turn_memory import TurnMemory, check_conversation_id
 
-# Fields kvmem sets itself; every other field of the request goes upstream as sent.
-OWN_FIELDS = frozenset({"model", "messages", "stream"})
+
+class CompletionRequest(BaseModel):
+    """`POST /v1/chat/completions`: kvmem reads `model`, `messages` and `stream` (each
+    refusal names its `param`, as OpenAI's do); every other field goes upstream as sent."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    model: str
+    # Checked by `_openai_checks`, then kept as sent (not copied): they go upstream.
+    messages: SkipValidation[list[dict[str, Any]]]
+    stream: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _openai_checks(cls, body: Any) -> Any:
+        # A `BadRequest` (not a ValueError) passes through pydantic as raised, with its param.
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        model, messages, stream = body.get("model"), body.get("messages"), body.get("stream", False)
+        if not isinstance(model, str) or not model:
+            raise BadRequest("'model' is required and must be a string", param="model")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("'messages' must be a non-empty array", param="messages")
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                raise BadRequest(
+                    f"messages[{index}] must be an object with a 'role'", param=f"messages[{index}]"
+                )
+        if not isinstance(stream, bool):
+            raise BadRequest("'stream' must be a boolean", param="stream")
+        return body
+
+    def params(self) -> dict[str, Any]:
+        """Every field but those kvmem sets itself, in the order sent."""
+        return dict(self.model_extra or {})
+
+    @property
+    def user(self) -> str | None:
+        """OpenAI's `user` field, when it is a string (a user id, under `auth.user_from_body`)."""
+        user = (self.model_extra or {}).get("user")
+        return user if isinstance(user, str) else None
 
 
 async def chat_completions(request: Request) -> Response:
     services = services_of(request)
-    body = parse_json(await read_body(request, services.config.server.max_body_bytes))
-    model, messages, stream = _check_request(body)
-    body_user = body.get("user") if isinstance(body.get("user"), str) else None
-    user_id = await user_of(request, body_user)
-    if model not in services.config.chat.served_models():
+    body = await read_model(request, CompletionRequest, services.config.server.max_body_bytes)
+    user_id = await user_of(request, body.user)
+    if body.model not in services.config.chat.served_models():
         raise ModelNotFound(
-            f"the model {model!r} does not exist; available: "
+            f"the model {body.model!r} does not exist; available: "
             + ", ".join(services.config.chat.served_models())
         )
-    temporary = request.headers.get("x-memory", "").strip().lower() == "off"
-    # The client's conversation, so that the history says which one an agent write came from.
-    conversation_id = check_conversation_id(request.headers.get("x-conversation-id"))
-    memory = await services.memory.begin(
-        user_id, conversation_id, chat_lines(messages), temporary=temporary
+    call = await MainCall.start(
+        services.memory, services.client, user_id, body.messages,
+        model=body.model,
+        params=body.params(),
+        # The client's conversation, so that the history says which one an agent write came from.
+        conversation_id=check_conversation_id(request.headers.get("x-conversation-id")),
+        temporary=memory_off(request),
     )
-    upstream_messages = inject(messages, memory.block)
-    target = chat_target(services.config.chat, model)
-    params = {k: v for k, v in body.items() if k not in OWN_FIELDS}
-    call = MainCall(services.memory, services.client, memory, target, upstream_messages, user_id,
-                    params)
-    if not stream:
-        return JSONResponse(await call.complete(), headers=memory_headers(memory))
-    streamed = ClosingStreamingResponse(await call.stream(_events, _error_event))
-    streamed.headers.update(memory_headers(memory))
+    if not body.stream:
+        return JSONResponse(await call.complete(), headers=memory_headers(call.memory))
+    path = request.url.path
+    streamed = ClosingStreamingResponse(
+        await call.stream(_events, lambda exc: _data(error_body(path, exc)))
+    )
+    streamed.headers.update(memory_headers(call.memory))
     return streamed
 
 
@@ -64,37 +102,15 @@ def memory_headers(memory: TurnMemory) -> dict[str, str]:
 
 
 async def _events(chunks: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[str, None]:
-    """Each upstream chunk as it arrives, then OpenAI's end marker."""
+    """Each upstream chunk as it arrives, then OpenAI's end marker (a failure after the
+    stream started is the final event, in OpenAI's error shape)."""
     async for chunk in chunks:
         yield _data(chunk)
     yield "data: [DONE]\n\n"
 
 
-def _error_event(exc: KvmemError) -> str:
-    """A failure after the stream started: the final event, in OpenAI's error shape."""
-    return _data(openai_error_body(exc))
-
-
 def _data(value: Any) -> str:
     return f"data: {json.dumps(value, ensure_ascii=False, separators=(',', ':'))}\n\n"
-
-
-def _check_request(body: Any) -> tuple[str, list[dict[str, Any]], bool]:
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
-    model, messages, stream = body.get("model"), body.get("messages"), body.get("stream", False)
-    if not isinstance(model, str) or not model:
-        raise BadRequest("'model' is required and must be a string", param="model")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty array", param="messages")
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise BadRequest(
-                f"messages[{index}] must be an object with a 'role'", param=f"messages[{index}]"
-            )
-    if not isinstance(stream, bool):
-        raise BadRequest("'stream' must be a boolean", param="stream")
-    return model, messages, stream
 
 
 async def list_models(request: Request) -> Response:

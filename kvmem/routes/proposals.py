@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from kvmem.errors import NotFound
 from kvmem.routes import route
 from kvmem.services import require_memory, services_of, user_of
+from kvmem.write_outcomes import written_json
 
 MAX_ID_DIGITS = 18  # within a 64-bit integer
 
@@ -47,11 +48,7 @@ async def accept(request: Request) -> Response:
     proposal_id = _proposal_id(request)
     accepted = await run_in_threadpool(services.proposals.accept, user, proposal_id)
     services.metrics.memory_write("agent", "set" if accepted.entry else "delete")
-    return JSONResponse({
-        "memory": accepted.entry.as_json() if accepted.entry else None,
-        "total_tokens": accepted.total_tokens,
-        "token_limit": services.config.memory.token_limit,
-    })
+    return JSONResponse(written_json(accepted, services.config.memory.token_limit))
 
 
 async def reject(request: Request) -> Response:

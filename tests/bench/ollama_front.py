@@ -183,7 +183,7 @@ async def front_work(iterations: int) -> dict[str, Any]:
     The model call, memory and the HTTP server are the same for both and left out."""
     from kvmem.bodies import parse_json, validate
     from kvmem.main_call import chat_lines
-    from kvmem.ollama_shapes import ChatBody, Reply, chat_messages, has_output
+    from kvmem.ollama_shapes import ChatBody, Reply, has_output
     from kvmem.routes import openai
 
     async def chunks() -> Any:
@@ -192,10 +192,9 @@ async def front_work(iterations: int) -> dict[str, Any]:
 
     async def v1() -> tuple[float, float]:
         started = time.perf_counter()
-        body = parse_json(chat_body(MAIN_MODEL, stream=True))
-        _, messages, _ = openai._check_request(body)
-        chat_lines(messages)
-        {k: v for k, v in body.items() if k not in openai.OWN_FIELDS}
+        body = validate(openai.CompletionRequest, parse_json(chat_body(MAIN_MODEL, stream=True)))
+        chat_lines(body.messages)
+        body.params()
         rendered = openai._events(chunks())
         await anext(rendered)
         first = time.perf_counter()
@@ -206,8 +205,7 @@ async def front_work(iterations: int) -> dict[str, Any]:
     async def ollama() -> tuple[float, float]:
         started = time.perf_counter()
         body = validate(ChatBody, parse_json(ollama_body()))
-        messages = chat_messages(body.messages)
-        chat_lines(messages)
+        chat_lines(body.openai_messages())
         body.params()
         has_output(STREAM[0])
         rendered = Reply("chat", MAIN_MODEL, time.monotonic_ns()).lines(chunks())
