@@ -82,12 +82,14 @@ class HeadDeadlines:
         self._timer = None
         if not self.connections:
             return
+        # The next sweep is armed first: an error timing out one connection must not end
+        # the head timeout of every other.
+        self._timer = self.loop.call_later(self.period, self.sweep)
         now = self.loop.time()
-        for connection in list(self.connections):
+        for connection in list(self.connections):  # websocket protocols have no head deadline
             since = getattr(connection, "_head_since", None)
             if since is not None and now - since >= self.timeout:
                 connection._head_timed_out()
-        self._timer = self.loop.call_later(self.period, self.sweep)
 
 
 # Each server's sweep, found from any of its connections (uvicorn's ServerState is shared by
