@@ -11,7 +11,11 @@ memory (or the file descriptor) is spent. This protocol:
   chunked trailers count toward the same bound (the head's size plus the trailers');
 - closes a connection whose request head has not arrived within
   `server.header_timeout_seconds` (408 `request_timeout` when part of a head came; an idle
-  connection is just closed), and, between requests, one idle for `KEEP_ALIVE_SECONDS`;
+  connection is just closed), and, between requests, one idle for `KEEP_ALIVE_SECONDS`.
+  The head deadlines are checked by one periodic sweep per server (`HeadDeadlines`), not by
+  a timer per request: arming and cancelling a timer on every request cost more CPU than
+  the rest of these bounds together, so a late head is closed up to `SWEEP_SECONDS` (or a
+  quarter of the timeout, when shorter) after its deadline;
 - answers 400 `bad_request` in kvmem's JSON shape, then closes, for what the parser cannot
   read: a NUL or a bare LF in a header, both `Content-Length` and `Transfer-Encoding`, a
   malformed chunk size or extension;
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -41,14 +47,61 @@ LINGER_SECONDS = 2.0
 # A keep-alive connection idle this long between requests is closed (uvicorn's
 # `timeout_keep_alive`); a connection that sends part of a head is bounded by the head timeout.
 KEEP_ALIVE_SECONDS = 5.0
+# How often a server's head deadlines are checked (at most; a quarter of the head timeout
+# when that is shorter, never more often than every MIN_SWEEP_SECONDS).
+SWEEP_SECONDS = 1.0
+MIN_SWEEP_SECONDS = 0.01
 
 
 class _HeadRefused(Exception):
     """Raised from a parser callback to stop parsing a request whose head is too large."""
 
 
+class HeadDeadlines:
+    """One server's head timeout: a timer that, while the server has connections, wakes every
+    `period` seconds and times out each connection whose request head is late.
+
+    A connection notes when it started waiting for a head (`_head_since`, a float per
+    request); only this sweep holds a timer, so a request costs no timer of its own."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, connections: set[Any],
+                 timeout: float) -> None:
+        self.loop = loop
+        self.connections = connections  # uvicorn's live protocols of this server
+        self.timeout = timeout
+        self.period = max(MIN_SWEEP_SECONDS, min(SWEEP_SECONDS, timeout / 4))
+        self._timer: asyncio.TimerHandle | None = None
+
+    def watch(self) -> None:
+        """Make sure the sweep runs: a connection has just been made."""
+        if self._timer is None:
+            self._timer = self.loop.call_later(self.period, self.sweep)
+
+    def sweep(self) -> None:
+        """Time out every late head; sleep when the server has no connection left."""
+        self._timer = None
+        if not self.connections:
+            return
+        # The next sweep is armed first: an error timing out one connection must not end
+        # the head timeout of every other.
+        self._timer = self.loop.call_later(self.period, self.sweep)
+        now = self.loop.time()
+        for connection in list(self.connections):  # websocket protocols have no head deadline
+            since = getattr(connection, "_head_since", None)
+            if since is not None and now - since >= self.timeout:
+                connection._head_timed_out()
+
+
+# Each server's sweep, found from any of its connections (uvicorn's ServerState is shared by
+# every connection of a server and dropped with it).
+_deadlines: weakref.WeakKeyDictionary[Any, HeadDeadlines] = weakref.WeakKeyDictionary()
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with kvmem's bounds and JSON error bodies."""
+    """uvicorn's httptools protocol with kvmem's bounds and JSON error bodies.
+
+    The methods run for every request call uvicorn's as `HttpToolsProtocol.name(self, ...)`
+    rather than through `super()`, which builds an object per call (Python 3.11)."""
 
     max_header_bytes = 65_536
     header_timeout_seconds = 10.0
@@ -58,7 +111,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._phase = "idle"  # "idle" (between requests), "head", "body" of the parsed request
         self._head_bytes = 0  # bytes of the current request's head received so far
         self._head_size = 0  # the last head's size as sent, which trailers add to
-        self._trailer_bytes = 0  # bytes fed since the last chunk header without body data
+        self._trailer_bytes = 0  # bytes fed since the last chunk header, in reads without body
         self._after_chunk_header = False
         self._head_ended_now = False
         self._fed_body = False
@@ -66,17 +119,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._refusal: KvmemError | None = None  # set in a callback, answered by send_400
         self._pending: KvmemError | None = None  # a refusal waiting for earlier answers
         self._discarding = False  # refused: what the client still sends is dropped
-        self._head_timer: asyncio.TimerHandle | None = None
+        # When this connection started waiting for a request head (loop time), None while a
+        # request is being read or answered; HeadDeadlines times it out.
+        self._head_since: float | None = None
 
     # -- the connection --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        deadlines = _deadlines.get(self.server_state)
+        if deadlines is None or deadlines.loop is not self.loop:
+            deadlines = HeadDeadlines(self.loop, self.connections, self.header_timeout_seconds)
+            _deadlines[self.server_state] = deadlines
+        deadlines.watch()
         self._arm_head_timer()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_head_timer()
-        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._discarding:
@@ -84,7 +140,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         was_reading_head = self._phase != "body"
         self._head_ended_now = False
         self._fed_body = False
-        super().data_received(data)
+        HttpToolsProtocol.data_received(self, data)
         if self._discarding:
             return
         if self._after_chunk_header and not self._fed_body:
@@ -107,54 +163,55 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # -- parser callbacks ------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        HttpToolsProtocol.on_message_begin(self)
         self._phase = "head"
 
     def on_headers_complete(self) -> None:
         self._phase = "body"
         self._head_ended_now = True
-        # The request line and header lines as sent ("NAME: value\r\n"), without the final CRLF.
-        line = len(self.parser.get_method()) + len(self.url) + len(" HTTP/1.1\r\n") + 1
-        size = line + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        # The request line and header lines as sent ("NAME: value\r\n"), without the final
+        # CRLF: "METHOD URL HTTP/1.1\r\n" is 12 bytes more than the method and URL, a header
+        # line 4 more than its name and value (summed in C: no generator per request).
+        headers = self.headers
+        size = (len(self.parser.get_method()) + len(self.url) + 12 + 4 * len(headers)
+                + sum(map(len, chain.from_iterable(headers))))
         self._head_bytes = 0
-        self._head_size, self._trailer_bytes = size, 0
+        self._head_size = size
         if size > self.max_header_bytes:
             self._refusal = self._too_large()
             raise _HeadRefused  # uvicorn answers a parser error with send_400_response
-        self._cancel_head_timer()
+        self._head_since = None  # the head came in time
         before = self.cycle
-        super().on_headers_complete()
+        HttpToolsProtocol.on_headers_complete(self)
         if self.cycle is not before:
             self._unanswered += 1
 
     def on_chunk_header(self) -> None:
         self._after_chunk_header = True
+        self._trailer_bytes = 0
 
     def on_body(self, body: bytes) -> None:
-        self._fed_body = True
-        self._after_chunk_header = False
-        self._trailer_bytes = 0
-        super().on_body(body)
+        self._fed_body = True  # this read is not (only) trailers
+        HttpToolsProtocol.on_body(self, body)
 
     def on_chunk_complete(self) -> None:
         self._after_chunk_header = False
 
     def on_message_complete(self) -> None:
-        super().on_message_complete()
+        HttpToolsProtocol.on_message_complete(self)
         self._phase = "idle"
-        self._after_chunk_header = False
-        self._head_bytes = self._trailer_bytes = 0
+        self._head_bytes = 0
 
     def on_response_complete(self) -> None:
         self._unanswered -= 1
-        super().on_response_complete()
+        HttpToolsProtocol.on_response_complete(self)
         if self._unanswered > 0 or self.transport.is_closing():
             return
         if self._pending is not None:
             error, self._pending = self._pending, None
             self._write_refusal(error)
         else:
-            self._arm_head_timer()
+            self._head_since = self.loop.time()  # the next head's time starts now
 
     # -- refusals --------------------------------------------------------------------------
 
@@ -218,19 +275,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.write_eof()
         self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
-    # -- the head timeout ------------------------------------------------------------------
+    # -- the head timeout (checked by HeadDeadlines) ----------------------------------------
 
     def _arm_head_timer(self) -> None:
-        self._cancel_head_timer()
-        self._head_timer = self.loop.call_later(self.header_timeout_seconds, self._head_timed_out)
+        self._head_since = self.loop.time()
 
     def _cancel_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        self._head_since = None
 
     def _head_timed_out(self) -> None:
-        self._head_timer = None
+        self._head_since = None
         if self.transport.is_closing() or self._discarding:
             return
         if self._phase == "head":

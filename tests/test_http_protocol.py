@@ -134,6 +134,22 @@ def test_item2_a_head_not_sent_within_the_timeout_is_408_and_idle_sockets_are_cl
     assert 1 <= kept_took < 5
 
 
+def test_item2_the_head_timeout_does_not_cut_a_request_whose_head_came_in_time(
+    make_server: MakeServer,
+) -> None:
+    server = make_server(server={"header_timeout_seconds": 1})
+    body = b'{"value": "v"}'
+    head = (b"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body))
+    # The body comes well after the head timeout (and after a sweep of the deadlines): the
+    # head arrived in time, so the request is read and answered; only then does the idle
+    # connection's next head have 1 s to come.
+    answer, closed, took = converse(server.port, head, pause=2, more=body)
+    assert [status for status, _, _ in answers(answer)] == ["HTTP/1.1 201 Created"]
+    assert closed and 3 <= took < 7
+    assert [(entry["key"], entry["value"]) for entry in entries(server)] == [("k", "v")]
+
+
 # --- item 3: malformed chunk sizes answer 400 in kvmem's shape ------------------------------
 
 
