@@ -63,7 +63,7 @@ def fail(message: str, code: int) -> NoReturn:
 
 def loaded_config() -> LoadedConfig:
     """The config named by the nearest `--config`, with its warnings printed to stderr."""
-    ctx = click.get_current_context()
+    ctx: click.Context | None = click.get_current_context()
     explicit = None
     while ctx is not None:
         explicit = explicit or (ctx.obj or {}).get("config_path")
@@ -177,7 +177,8 @@ def serve(host: str | None, port: int | None) -> None:
         host=host,
         port=port,
         log_level="info",
-        timeout_graceful_shutdown=config.server.drain_seconds,
+        # uvicorn waits with asyncio, so any number of seconds works; its annotation says int.
+        timeout_graceful_shutdown=config.server.drain_seconds,  # type: ignore[arg-type]
         **uvicorn_options(config.server),
     )
 
@@ -647,12 +648,11 @@ def evaluate(
         agent_log.setLevel(level)  # as it was (for a caller that runs the command in-process)
     mode = "inline" if evaluation.inline else (
         config.memory.agent.mode if config.memory.agent else "tools")
-    facts = {"suite": suite.source, "model": evaluation.target.model, "mode": mode,
-             "repeat": repeat}
+    facts = {"suite": suite.source, "model": evaluation.target.model, "mode": mode}
     if as_json:
-        print_json(evaluation_json(results, **facts))
+        print_json(evaluation_json(results, **facts, repeat=repeat))
     else:
-        click.echo(evaluation_text(results, **facts))
+        click.echo(evaluation_text(results, **facts, repeat=repeat))
     passed = sum(result.passed for result in results)
     if passed < min_pass * len(results):
         sys.exit(1)

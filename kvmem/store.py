@@ -27,7 +27,7 @@ from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.orm import Session
 
-from kvmem.db import Database
+from kvmem.db import Database, rowcount
 from kvmem.erasure import Erased, check_not_erased, erase_user_rows, fence_user
 from kvmem.errors import BadRequest, KvmemError, MemoryFull, NotFound
 from kvmem.group_commit import GroupCommit, Prepare
@@ -414,7 +414,7 @@ class MemoryStore:
             self.history_log.clear(session, user_id)
             session.execute(delete(MemoryProposal).where(MemoryProposal.user_id == user_id))
             session.execute(_BUMP, {"user_id": user_id})
-            return result.rowcount
+            return rowcount(result)
 
     def write_locked(
         self,
@@ -560,9 +560,9 @@ class MemoryStore:
             dropped = [row for key, row in existing.items() if key not in counted]
             self._check_import_limit(existing, dropped if mode == "replace" else [], counted)
             changes: list[dict[str, Any]] = []
-            for row in dropped if mode == "replace" else []:
-                changes.append(_change(row.key, "delete", row.value, None))
-                session.delete(row)
+            for gone in dropped if mode == "replace" else []:
+                changes.append(_change(gone.key, "delete", gone.value, None))
+                session.delete(gone)
             for key, (value, tokens) in counted.items():
                 row = existing.get(key)
                 if row is not None and row.value == value:
@@ -790,11 +790,11 @@ def _find(session: Session, user_id: str, key: str) -> MemoryEntry | None:
 
 
 def _total(session: Session, user_id: str) -> int:
-    return session.scalar(
+    return session.execute(
         select(func.coalesce(func.sum(MemoryEntry.token_count), 0)).where(
             MemoryEntry.user_id == user_id
         )
-    )
+    ).scalar_one()
 
 
 def _entry(row: MemoryEntry) -> Entry:

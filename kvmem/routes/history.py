@@ -22,6 +22,7 @@ from kvmem.routes import route
 from kvmem.routes.paging import MAX_ID, int_param, limit_param
 from kvmem.services import require_memory, services_of, user_of
 
+
 class RevertBody(RequestBody):
     """`POST /memory/{key}/revert`."""
 
