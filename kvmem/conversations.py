@@ -6,6 +6,7 @@ one transaction after the upstream answered, so a failed call never leaves half 
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -146,7 +147,7 @@ class ConversationStore:
             conversations=tuple(infos), next=_cursor(infos[-1]) if more else None
         )
 
-    def get(self, user_id: str, conversation_id: str) -> tuple[ConversationInfo, list[ChatMessage]]:
+    def get(self, user_id: str, conversation_id: str) -> tuple[ConversationInfo, builtins.list[ChatMessage]]:
         """A conversation and all its messages; `NotFound` if it is not this user's."""
         with self.database.reading() as session:
             row = self._owned(session, user_id, conversation_id)
@@ -160,7 +161,7 @@ class ConversationStore:
             ]
         return _info(row, len(messages)), messages
 
-    def recent(self, user_id: str, conversation_id: str, count: int) -> list[ChatMessage]:
+    def recent(self, user_id: str, conversation_id: str, count: int) -> builtins.list[ChatMessage]:  # `list` here is the method
         """The last `count` messages, oldest first; `NotFound` if the conversation is not owned."""
         with self.database.reading() as session:
             self._owned(session, user_id, conversation_id)

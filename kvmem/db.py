@@ -12,12 +12,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import bindparam, create_engine, event, insert, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import Connection, CursorResult, Engine, Result, make_url
 from sqlalchemy.exc import (
     InterfaceError,
     InternalError,
@@ -38,7 +38,7 @@ LOCK_USER_ATTEMPTS = 20
 # PostgreSQL: undefined_table, undefined_column, read_only_sql_transaction.
 _UNAVAILABLE_STATES = {"42P01", "42703", "25006"}
 # `lock_user`'s statements, built once (every write runs them).
-_NEW_USER = {"id": bindparam("id"), "created_at": bindparam("created_at")}
+_NEW_USER: dict[str, Any] = {"id": bindparam("id"), "created_at": bindparam("created_at")}
 _SQLITE_ADD_USER = sqlite_insert(User).values(_NEW_USER).on_conflict_do_nothing()
 _PG_ADD_USER = pg_insert(User).values(_NEW_USER).on_conflict_do_nothing()
 _PG_LOCK_USER = select(User.id).where(User.id == bindparam("id")).with_for_update()
@@ -88,6 +88,12 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
 def _sqlite_on_begin(connection: Any) -> None:
     write = connection.get_execution_options().get(_WRITE, False)
     connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def rowcount(result: Result[Any]) -> int:
+    """The rows an UPDATE or DELETE run through a `Session` matched. `Session.execute` is
+    typed to return a `Result`; for those statements it is a `CursorResult`, which counts them."""
+    return cast("CursorResult[Any]", result).rowcount
 
 
 class WriterTurn:
@@ -165,9 +171,13 @@ class Database:
         """A write transaction: committed when the block ends, rolled back if it raises.
         A `background` one (maintenance) waits on SQLite until no request's write waits."""
         # SQLite has one writer at a time: threads of this process take turns (`WriterTurn`).
-        with self._writer_turn(background), self._translate_errors(), self._write() as session:
-            with session.begin():
-                yield session
+        with (
+            self._writer_turn(background),
+            self._translate_errors(),
+            self._write() as session,
+            session.begin(),
+        ):
+            yield session
 
     def _writer_turn(self, background: bool = False) -> AbstractContextManager[Any]:
         return self._writers.turn(background=background) if self._writers else nullcontext()
@@ -179,6 +189,7 @@ class Database:
         objects cost ~0.5 ms around two queries that take ~30 µs; here, statements compiled
         once run straight on the pooled sqlite3 connection."""
         dbapi = self.engine.dialect.dbapi
+        assert dbapi is not None  # SQLite's driver module, loaded with the engine
         try:
             # The pool may raise the driver's own errors (a file it cannot open) unwrapped.
             with self._translate_errors():
@@ -291,6 +302,7 @@ class Database:
         if self.dialect != "sqlite":
             return True
         dbapi = self.engine.dialect.dbapi
+        assert dbapi is not None  # SQLite's driver module, loaded with the engine
         try:
             with self._translate_errors():
                 connection = self.engine.raw_connection()

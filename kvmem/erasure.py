@@ -25,6 +25,7 @@ from sqlalchemy import ColumnElement, Table, bindparam, delete, insert, or_, sel
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
+from kvmem.db import rowcount
 from kvmem.driver_connection import Executor
 from kvmem.errors import UserErased
 from kvmem.tables import Base, UserErasure
@@ -86,7 +87,7 @@ def erase_user_rows(session: Session, user_id: str) -> Erased:
             continue
         condition = _owned_by(table, users, user_id)
         if condition is not None:
-            counts[table.name] = session.execute(delete(table).where(condition)).rowcount
+            counts[table.name] = rowcount(session.execute(delete(table).where(condition)))
     session.execute(delete(users).where(users.c.id == user_id))
     return Erased(**{REPORTED[name]: n for name, n in counts.items() if name in REPORTED})
 

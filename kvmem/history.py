@@ -24,6 +24,7 @@ from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
+from kvmem.db import rowcount
 from kvmem.driver_connection import Executor
 from kvmem.entries import iso, utcnow
 from kvmem.tables import MemoryChange
@@ -148,7 +149,9 @@ class ChangeLog:
                 "at": utcnow(),
             },
         )
-        return result.inserted_primary_key[0]
+        inserted = result.inserted_primary_key
+        assert inserted is not None  # a single-row INSERT always has one
+        return inserted[0]
 
     def record_many(
         self, session: Session | Connection, user_id: str, changes: list[dict[str, Any]]
@@ -176,7 +179,7 @@ class ChangeLog:
             result = session.execute(_PRUNE_USER, {"user_id": user_id, "cutoff": cutoff})
             with self._lock:  # the oldest one left is not known: look again next time
                 self._next_prune.pop(user_id, None)
-            return result.rowcount
+            return rowcount(result)
         self._remember(user_id, now, oldest)
         return 0
 
@@ -197,7 +200,7 @@ class ChangeLog:
         ids = list(session.scalars(expired))
         if not ids:
             return 0
-        return session.execute(delete(MemoryChange).where(MemoryChange.id.in_(ids))).rowcount
+        return rowcount(session.execute(delete(MemoryChange).where(MemoryChange.id.in_(ids))))
 
     def _remember(self, user_id: str, now: datetime, oldest: datetime | None) -> None:
         if oldest is not None:
@@ -247,7 +250,7 @@ class ChangeLog:
     def clear(self, session: Session | Connection, user_id: str) -> int:
         """Delete all of the user's changes; how many."""
         result = session.execute(delete(MemoryChange).where(MemoryChange.user_id == user_id))
-        return result.rowcount
+        return rowcount(result)
 
     def _query(self, user_id: str, key: str | None) -> Any:
         query = select(*_COLUMNS).where(

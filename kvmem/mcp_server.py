@@ -222,7 +222,7 @@ class MemoryMcp:
             key = getattr(arguments, "key", None)
             if isinstance(exc, NotFound) and params.name == "memory_get":
                 return _error(f'No memory with key "{key}".')
-            if params.name.startswith("memory_proposal_"):
+            if isinstance(arguments, ProposalArguments):  # memory_proposal_accept and _reject
                 if isinstance(exc, NotFound):
                     return _error(f"No pending proposal with id {arguments.id}.")
                 return _error(f"Error: {exc.message}; the proposal stays pending.")

@@ -93,7 +93,9 @@ def agent_target(config: Config) -> Target | None:
 
 def uses_litellm(config: Config) -> bool:
     """Whether any model `config` names is called through litellm."""
-    targets = [chat_target(config.chat, model) for model in config.chat.served_models()]
+    targets: list[Target | None] = [
+        chat_target(config.chat, model) for model in config.chat.served_models()
+    ]
     targets.append(agent_target(config))
     return any(target is not None and target.client == "litellm" for target in targets)
 

@@ -14,7 +14,7 @@ Every query is scoped by `user_id`. It knows nothing of HTTP nor of the agent.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -22,6 +22,7 @@ from typing import Any, Literal
 from sqlalchemy import delete, insert, select, update
 
 from kvmem.config import MemoryConfig
+from kvmem.db import rowcount
 from kvmem.entries import Entry, iso, utcnow
 from kvmem.erasure import check_not_erased
 from kvmem.errors import NotFound
@@ -79,6 +80,12 @@ _PENDING = (
         MemoryProposal.created_at,
     )
 )
+
+
+def _proposal(row: Sequence[Any]) -> Proposal:
+    """A `_PENDING` row as a `Proposal` (its `op` holds only what `propose` writes)."""
+    proposal_id, key, op, value, conversation_id, created_at = row
+    return Proposal(proposal_id, key, op, value, conversation_id, created_at)
 
 
 class ProposalStore:
@@ -146,7 +153,7 @@ class ProposalStore:
             rows = session.execute(
                 _PENDING.where(MemoryProposal.user_id == user_id).order_by(MemoryProposal.id.desc())
             ).all()
-        return tuple(Proposal(*row) for row in rows)
+        return tuple(_proposal(row) for row in rows)
 
     def accept(self, user_id: str, proposal_id: int) -> Accepted:
         """Apply the proposal as a write with source `agent` and its conversation, under every
@@ -160,7 +167,7 @@ class ProposalStore:
             ).first()
             if row is None:
                 raise NotFound(f"no pending proposal {proposal_id}")
-            proposal = Proposal(*row)
+            proposal = _proposal(row)
             entry, total = self.store.write_locked(
                 session, user_id, proposal.key, proposal.value, "agent",
                 conversation_id=proposal.conversation_id,
@@ -172,11 +179,13 @@ class ProposalStore:
         """Drop the proposal; `NotFound` when it is not this user's pending one."""
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
-            dropped = session.execute(
-                delete(MemoryProposal).where(
-                    MemoryProposal.user_id == user_id, MemoryProposal.id == proposal_id
+            dropped = rowcount(
+                session.execute(
+                    delete(MemoryProposal).where(
+                        MemoryProposal.user_id == user_id, MemoryProposal.id == proposal_id
+                    )
                 )
-            ).rowcount
+            )
         if not dropped:
             raise NotFound(f"no pending proposal {proposal_id}")
 
@@ -184,9 +193,9 @@ class ProposalStore:
         """Drop every pending proposal of the user; how many."""
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
-            return session.execute(
-                delete(MemoryProposal).where(MemoryProposal.user_id == user_id)
-            ).rowcount
+            return rowcount(
+                session.execute(delete(MemoryProposal).where(MemoryProposal.user_id == user_id))
+            )
 
     def user_review(self, user_id: str) -> bool:
         """The user's own review switch (false until they turn it on)."""

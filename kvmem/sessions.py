@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select
 
 from kvmem.credentials import hash_secret
-from kvmem.db import Database
+from kvmem.db import Database, rowcount
 from kvmem.entries import utcnow
 from kvmem.errors import Unauthorized
 from kvmem.tables import ApiKey, UserSession
@@ -98,4 +98,4 @@ class SessionStore:
             result = session.execute(
                 delete(UserSession).where(UserSession.token_hash == hash_secret(token))
             )
-            return bool(result.rowcount)
+            return bool(rowcount(result))

@@ -27,7 +27,7 @@ import anyio.to_thread
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from kvmem.db import Database
+from kvmem.db import Database, rowcount
 from kvmem.driver_connection import Executor
 from kvmem.entries import Entry, Imported, Reverted, Written, utcnow
 from kvmem.erasure import Erased, check_not_erased, erase_user_rows, fence_user
@@ -229,7 +229,7 @@ class MemoryStore(MemoryReader):
             self.history_log.clear(connection, user_id)
             connection.execute(_DELETE_PROPOSALS, {"user_id": user_id})
             connection.execute(_BUMP, {"user_id": user_id})
-            return result.rowcount
+            return rowcount(result)
 
     def write_locked(
         self,

@@ -10,13 +10,14 @@ litellm (prices are worked out by the agent, from `model_client.token_prices`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any
+from typing import Any, cast
 
 import anyio.to_thread
-from sqlalchemy import ColumnElement, func, insert, select
+from sqlalchemy import ColumnElement, Table, func, insert, select
 
 from kvmem.db import Database
 from kvmem.erasure import erasure_times
@@ -161,7 +162,9 @@ class UsageStore:
                           if run.user_id in erased and run.started_at <= erased[run.user_id]]
                 if fenced:
                     raise _Fenced(fenced)
-            session.execute(insert(AgentRunRecord.__table__), [run.as_row() for run in runs])
+            # Core's executemany on the table (typed as a FromClause, a Table at run time).
+            table = cast(Table, AgentRunRecord.__table__)
+            session.execute(insert(table), [run.as_row() for run in runs])
 
     def tokens_today(self, user_id: str, now: datetime) -> int:
         """Input plus output tokens of the user's runs since midnight UTC (for the budget)."""
@@ -285,10 +288,8 @@ class RecordBatches:
     async def _flush(self) -> None:
         while self._waiting:
             if not self._now.is_set():
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._now.wait(), BATCH_SECONDS)
-                except TimeoutError:
-                    pass
             batch = self._writing = self._waiting[:MAX_BATCH]
             self._waiting = self._waiting[MAX_BATCH:]
             if len(self._waiting) < MAX_BATCH and not self._closing:

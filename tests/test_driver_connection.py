@@ -81,11 +81,13 @@ def test_driver_errors_are_sqlalchemys_and_nothing_of_the_transaction_stays(
     database: Database,
 ) -> None:
     add_users(database, "ada")
-    with pytest.raises(IntegrityError, match="UNIQUE constraint failed") as caught:
-        with database.writing_prebuilt() as driver:
-            driver.execute(BUMP, {"user_id": "ada"})
-            driver.execute(INSERT_ENTRY, entry("ada"))
-            driver.execute(INSERT_ENTRY, entry("ada"))  # the same key again
+    with (
+        pytest.raises(IntegrityError, match="UNIQUE constraint failed") as caught,
+        database.writing_prebuilt() as driver,
+    ):
+        driver.execute(BUMP, {"user_id": "ada"})
+        driver.execute(INSERT_ENTRY, entry("ada"))
+        driver.execute(INSERT_ENTRY, entry("ada"))  # the same key again
     assert isinstance(caught.value.orig, sqlite3.IntegrityError)
     assert raw_rows(database, "SELECT count(*) FROM memory_entries") == [(0,)]
     assert raw_rows(database, "SELECT memory_version FROM users") == [(0,)]

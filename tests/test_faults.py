@@ -19,8 +19,8 @@ from kvmem.config import Config
 from kvmem.db import Database
 from kvmem.tokens import TokenCounter
 from tests.support.apps import (
-    LOCAL_URL,
     AGENT_MODEL,
+    LOCAL_URL,
     MAIN_MODEL,
     Containing,
     LiveServer,

@@ -131,7 +131,7 @@ def test_writes_of_many_users_share_one_batch_each_with_its_own_result(
         assert changes(world.store, user) == [("name", "set", None, f"I am {user}")]
     change_ids = [w.change_id for w in outcomes if isinstance(w, Written)]
     assert len(set(change_ids)) == 50
-    assert versions(database) == {"gatekeeper": 1, **{user: 1 for user in users}}
+    assert versions(database) == {"gatekeeper": 1, **dict.fromkeys(users, 1)}
 
 
 def test_memory_full_in_a_batch_fails_only_that_write(

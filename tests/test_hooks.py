@@ -16,8 +16,8 @@ from starlette.testclient import TestClient
 from kvmem.app import create_app
 from kvmem.prompts import BLOCK_PREAMBLE
 from tests.support.apps import (
-    LOCAL_URL,
     AGENT_MODEL,
+    LOCAL_URL,
     MAIN_MODEL,
     outcomes,
     services,

@@ -170,10 +170,12 @@ async def stdio_session(config: Path, *args: str) -> AsyncIterator[ClientSession
         cwd=config.parent,
     )
     with (config.parent / "mcp-stderr.log").open("w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
 
 
 def test_kvmem_mcp_over_stdio(config_file: Path, make_store: Callable[..., MemoryStore]):
@@ -287,11 +289,13 @@ def bearer(secret: str, **headers: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def http_session(url: str, headers: dict[str, str]) -> AsyncIterator[ClientSession]:
-    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-        async with streamable_http_client(f"{url}/mcp", http_client=http) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 def test_mcp_over_streamable_http_acts_only_for_the_keys_user(

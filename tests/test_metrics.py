@@ -11,8 +11,8 @@ from starlette.testclient import TestClient
 
 from kvmem.metrics import BUCKETS
 from tests.support.apps import (
-    LOCAL_URL,
     AGENT_MODEL,
+    LOCAL_URL,
     MAIN_MODEL,
     services,
     set_memory,

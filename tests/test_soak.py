@@ -7,6 +7,7 @@ Short by default (about 16 s); long mode: KVMEM_SOAK_SECONDS=300.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import random
@@ -165,10 +166,8 @@ def settle_and_measure(server: LiveServer) -> Usage:
     gc.collect()
     links = []
     for fd in os.listdir("/proc/self/fd"):
-        try:
+        with contextlib.suppress(OSError):  # closed between the listing and the look
             links.append(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:  # closed between the listing and the look
-            pass
     database = str(live_services(server).database.engine.url.database)
     db_fds = sum(1 for link in links if link in (database, f"{database}-wal"))
     return Usage(

@@ -23,6 +23,7 @@ from kvmem.routes.paging import MAX_ID, int_param, limit_param
 from kvmem.services import require_memory, services_of, user_of
 from kvmem.write_outcomes import imported_json, written_json
 
+
 class RevertBody(RequestBody):
     """`POST /memory/{key}/revert`."""
 

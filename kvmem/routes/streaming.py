@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import anyio
-from starlette.responses import StreamingResponse
+from starlette.responses import ContentStream, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 # A stream holds a user's conversation: not stored by any cache (no-store implies no-cache).
@@ -18,7 +18,7 @@ class ClosingStreamingResponse(StreamingResponse):
     period and closes the upstream stream) would run late or never.
     """
 
-    def __init__(self, content: object) -> None:
+    def __init__(self, content: ContentStream) -> None:
         super().__init__(content, media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import subprocess
@@ -24,10 +25,8 @@ def rss_mib(server: Server) -> float:
     process = psutil.Process(server.pid)
     total = process.memory_info().rss
     for child in process.children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += child.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
     return total / MIB
 
 

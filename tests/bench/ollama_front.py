@@ -108,8 +108,8 @@ async def measure(kvmem: Server, plan: Plan) -> dict[str, Any]:
     }
     batches = {name: Batch() for name in fronts}
     diffs: dict[str, list[float]] = {"ttfb": [], "ttlb": [], "ttfb_usage": [], "ttlb_usage": []}
-    cpu = {name: 0.0 for name in fronts}
-    cpu_requests = {name: 0 for name in fronts}
+    cpu = dict.fromkeys(fronts, 0.0)
+    cpu_requests = dict.fromkeys(fronts, 0)
     async with session(1) as client:
         for once, url, body in fronts.values():
             warm = await one_batch(once, client, url, body, plan.warmup_requests)

@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,10 +76,8 @@ PR_SET_PDEATHSIG = 1
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     """Have the kernel SIGTERM the child if the benchmark process dies without cleaning up."""
-    try:
+    with suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
@@ -157,10 +155,8 @@ class Server:
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @dataclass
