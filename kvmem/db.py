@@ -27,7 +27,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.orm import Session, sessionmaker
 
 from kvmem.config import DatabaseConfig
-from kvmem.driver_connection import DriverConnection
+from kvmem.driver_connection import DriverConnection, DriverResult
 from kvmem.entries import utcnow
 from kvmem.errors import StoreUnavailable
 from kvmem.tables import User
@@ -90,10 +90,10 @@ def _sqlite_on_begin(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
-def rowcount(result: Result[Any]) -> int:
-    """The rows an UPDATE or DELETE run through a `Session` matched. `Session.execute` is
-    typed to return a `Result`; for those statements it is a `CursorResult`, which counts them."""
-    return cast("CursorResult[Any]", result).rowcount
+def rowcount(result: Result[Any] | DriverResult) -> int:
+    """The rows an UPDATE or DELETE matched. `Session.execute` is typed to return a `Result`;
+    for those statements it is a `CursorResult`, which counts them (as `DriverResult` does)."""
+    return cast("CursorResult[Any] | DriverResult", result).rowcount
 
 
 class WriterTurn:
@@ -224,21 +224,24 @@ class Database:
                 yield connection
             return
         dbapi = self.engine.dialect.dbapi
+        assert dbapi is not None  # sqlite3, loaded with the engine
         with self._writer_turn(), self._translate_errors():
             try:
                 pooled = self.engine.raw_connection()  # pooled, pre-pinged
             except (dbapi.OperationalError, dbapi.InterfaceError) as exc:
                 raise StoreUnavailable(f"the memory store is unavailable: {exc}") from exc
             try:
-                connection = DriverConnection(pooled.driver_connection, self.engine.dialect)
-                connection.run("BEGIN IMMEDIATE")
+                raw = pooled.driver_connection
+                assert raw is not None  # a checked-out connection has its driver's
+                driver = DriverConnection(raw, self.engine.dialect)
+                driver.run("BEGIN IMMEDIATE")
                 try:
-                    yield connection
-                    connection.run("COMMIT")
+                    yield driver
+                    driver.run("COMMIT")
                 except BaseException:
                     # A failed COMMIT (a deferred constraint) leaves the transaction open.
-                    if pooled.driver_connection.in_transaction:
-                        pooled.driver_connection.rollback()
+                    if raw.in_transaction:
+                        raw.rollback()
                     raise
             finally:
                 pooled.close()  # back to the pool
@@ -273,9 +276,9 @@ class Database:
                     return
             raise StoreUnavailable(f"could not lock user {user_id!r}: it keeps being erased")
         elif connection.execute(
-            select(User.id).where(User.id == user_id).with_for_update()
+            select(User.id).where(User.id == user_id).with_for_update(), {}
         ).first() is None:
-            connection.execute(insert(User).values(values))
+            connection.execute(insert(User).values(values), {})
 
     @contextmanager
     def _translate_errors(self) -> Iterator[None]:

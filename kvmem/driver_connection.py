@@ -22,11 +22,12 @@ import sqlite3
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError, NoResultFound
 from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,8 @@ class _Compiled:
 def _compile(statement: ClauseElement, keys: tuple[str, ...], dialect: Dialect) -> _Compiled:
     """`statement` compiled for SQLite with parameters `keys` (an INSERT without `values`
     names its columns by them)."""
-    compiled = statement.compile(dialect=dialect, column_keys=list(keys))
-    binds = []
+    compiled = cast(SQLCompiler, statement.compile(dialect=dialect, column_keys=list(keys)))
+    binds: list[tuple[str | None, Any, Callable[[Any], Any] | None]] = []
     for name in compiled.positiontup or ():
         bind = compiled.binds[name]
         process = bind.type.dialect_impl(dialect).bind_processor(dialect)
@@ -136,4 +137,5 @@ Executor = Connection | DriverConnection
 
 def _wrapped(sql: str, values: Any, exc: sqlite3.Error) -> DBAPIError:
     """The driver's error as SQLAlchemy raises it (`IntegrityError`, `OperationalError`...)."""
-    return DBAPIError.instance(sql, values, exc, sqlite3.Error)
+    # `instance` is typed as any StatementError; given a driver error it makes a DBAPIError.
+    return cast(DBAPIError, DBAPIError.instance(sql, values, exc, sqlite3.Error))

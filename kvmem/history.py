@@ -200,7 +200,8 @@ class ChangeLog:
         ids = list(session.scalars(expired))
         if not ids:
             return 0
-        return rowcount(session.execute(delete(MemoryChange).where(MemoryChange.id.in_(ids))))
+        deleted = session.execute(delete(MemoryChange).where(MemoryChange.id.in_(ids)))
+        return rowcount(deleted)
 
     def _remember(self, user_id: str, now: datetime, oldest: datetime | None) -> None:
         if oldest is not None:

@@ -362,9 +362,9 @@ class MemoryStore(MemoryReader):
                 self.rules.token_limit, existing, dropped if mode == "replace" else [], counted
             )
             changes: list[dict[str, Any]] = []
-            for row in dropped if mode == "replace" else []:
-                changes.append(import_change(row.key, "delete", row.value, None))
-                connection.execute(_DELETE_ENTRY, {"entry_id": row.id})
+            for gone in dropped if mode == "replace" else []:
+                changes.append(import_change(gone.key, "delete", gone.value, None))
+                connection.execute(_DELETE_ENTRY, {"entry_id": gone.id})
             now = utcnow()
             for key, (value, tokens) in counted.items():
                 row = existing.get(key)

@@ -25,8 +25,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = "kvmem"
-# The map's home is docs/development.md; README.md held it before the docs site existed.
-MAP_DOCUMENTS = ("docs/development.md", "README.md")
+# The docs site's development page holds the map.
+MAP_DOCUMENT = "docs/development.md"
 ROOT_RANK = -1  # the package itself: above every row
 MAIN_RANK = 10**6  # `__main__`: below every row
 UNMAPPED = ("migrations",)  # subpackages that live elsewhere and are not in the map
@@ -170,11 +170,8 @@ def map_rows(text: str, source: str) -> list[Row]:
 
 
 def map_document(root: Path) -> Path:
-    """The document that holds the module map: the first of `MAP_DOCUMENTS` that exists."""
-    for candidate in MAP_DOCUMENTS:
-        if (root / candidate).exists():
-            return root / candidate
-    raise AssertionError(f"none of {', '.join(MAP_DOCUMENTS)} exists")
+    """The document that holds the module map."""
+    return root / MAP_DOCUMENT
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ LIMIT = marker_limit(200)
 # `[FORGET:` (no piece starts with a letter of an opener's tail or with `:`).
 LOOK_ALIKES = [
     "[1, 2]", "[MEMO]", "[MEMORY]", "[FORGET]", "[text](https://example.com)", "[M",
-    "[FORG", "[MEMORY", "[MEMORY ", "MEMORY: x = y]", "]", " ", "\n", "hello", "wörld 🎉",
+    "[FORG", "[MEMORY", "[MEMORY ", " MEMORY: x = y]", "]", " ", "\n", "hello", "wörld 🎉",
     "= ", "[", "[]",
 ]
 KEYS = st.sampled_from(["name", "city", "Bad Key", "a_1"])

@@ -59,7 +59,7 @@ def fail(message: str, code: int) -> NoReturn:
 
 def loaded_config() -> LoadedConfig:
     """The config named by the nearest `--config`, with its warnings printed to stderr."""
-    ctx = click.get_current_context()
+    ctx: click.Context | None = click.get_current_context()
     explicit = None
     while ctx is not None:
         explicit = explicit or (ctx.obj or {}).get("config_path")

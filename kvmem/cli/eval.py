@@ -105,12 +105,11 @@ def evaluate(
         agent_log.setLevel(level)  # as it was (for a caller that runs the command in-process)
     mode = "inline" if evaluation.inline else (
         config.memory.agent.mode if config.memory.agent else "tools")
-    facts = {"suite": suite.source, "model": evaluation.target.model, "mode": mode,
-             "repeat": repeat}
+    facts = {"suite": suite.source, "model": evaluation.target.model, "mode": mode}
     if as_json:
-        print_json(evaluation_json(results, **facts))
+        print_json(evaluation_json(results, **facts, repeat=repeat))
     else:
-        click.echo(evaluation_text(results, **facts))
+        click.echo(evaluation_text(results, **facts, repeat=repeat))
     passed = sum(result.passed for result in results)
     if passed < min_pass * len(results):
         sys.exit(1)

@@ -53,7 +53,8 @@ def serve(host: str | None, port: int | None) -> None:
         host=host,
         port=port,
         log_level="info",
-        timeout_graceful_shutdown=config.server.drain_seconds,
+        # uvicorn waits with asyncio, so any number of seconds works; its annotation says int.
+        timeout_graceful_shutdown=config.server.drain_seconds,  # type: ignore[arg-type]
         **uvicorn_options(config.server),
     )
 
