@@ -2,7 +2,9 @@
 
 An `AgentRun` is what a chat request holds of its agent: the reply reads its state and
 updates, a stream waits on its events, and the commit guard (`CommitGuard`) stops a write
-that would land after the deadline. It knows nothing of models, HTTP or the database.
+that would land after the deadline. It knows nothing of models, HTTP or the database (the
+store calls its guard inside the write's transaction); of the store it takes only the time
+helpers `iso` and `utcnow`, from the ground-floor kvmem/entries.py.
 """
 
 from __future__ import annotations
