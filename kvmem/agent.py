@@ -30,6 +30,14 @@ from kvmem.agent_json import JSON_MODE_INSTRUCTIONS, parse_answer, results_messa
 from kvmem.agent_run import AgentError, AgentRun, AgentState, DeadlinePassed
 from kvmem.agent_tools import tool_definitions
 from kvmem.agent_writer import MemoryWriter
+from kvmem.completion_shapes import (
+    a_string,
+    an_array,
+    an_object,
+    first_choice,
+    malformed,
+    usage_of,
+)
 from kvmem.config import AgentConfig, Config
 from kvmem.entries import Entry, utcnow
 from kvmem.errors import UserErased
@@ -352,11 +360,12 @@ class MemoryAgent:
             response = await self._call_model(
                 run, messages, user_id, tools=self._tools, tool_choice="auto"
             )
-            message = response["choices"][0]["message"]
-            calls = message.get("tool_calls") or []
+            message = first_choice(response)["message"]
+            listed = an_array(message.get("tool_calls"), "choices[0].message.tool_calls")
+            calls = [an_object(call, "a tool call") for call in listed]
             if not calls:
                 return
-            functions = [call.get("function") or {} for call in calls]
+            functions = [_function(call) for call in calls]
             results, failed = await self.writer.apply(
                 run, user_id, functions, self.writer.call_tool
             )
@@ -366,7 +375,7 @@ class MemoryAgent:
                 {"role": "assistant", "content": message.get("content"), "tool_calls": calls}
             )
             messages += [
-                {"role": "tool", "tool_call_id": call["id"], "content": result}
+                {"role": "tool", "tool_call_id": _call_id(call), "content": result}
                 for call, result in zip(calls, results, strict=True)
             ]
 
@@ -379,7 +388,8 @@ class MemoryAgent:
         assert self.target is not None
         for _ in range(MAX_MODEL_CALLS):
             response = await self._call_model(run, messages, user_id)
-            answer = response["choices"][0]["message"].get("content")
+            answer = a_string(first_choice(response)["message"].get("content"),
+                              "choices[0].message.content")
             operations = parse_answer(answer)
             if not operations:
                 return
@@ -399,5 +409,21 @@ class MemoryAgent:
         assert self.target is not None
         run.model_calls += 1
         response = await self.client.complete(self.target, messages, user_id, **request)
-        run.count_usage(response.get("usage"))
+        run.count_usage(usage_of(response))
         return response
+
+
+def _function(call: dict[str, Any]) -> dict[str, Any]:
+    """A tool call's `function`: an object with string (or absent) `arguments`; any other
+    shape is the upstream's malformed answer (`UpstreamError`), not the model's mistake."""
+    function = an_object(call.get("function"), "a tool call's function")
+    a_string(function.get("arguments"), "a tool call's arguments")
+    return function
+
+
+def _call_id(call: dict[str, Any]) -> str:
+    """The id a tool result must name (needed only when results go back to the model)."""
+    call_id = a_string(call.get("id"), "a tool call's id")
+    if call_id is None:
+        raise malformed("a tool call has no id")
+    return call_id
