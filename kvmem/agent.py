@@ -4,56 +4,46 @@ It knows nothing of HTTP. `MemoryAgent.start` launches one `AgentRun` as an asyn
 that the app tracks; the run is cancelled `grace_seconds` after the main response ends, and a
 guard run just before each commit makes sure no write lands after that deadline (a commit it
 let through just before is waited for, so the reply reports every write). When a run
-ends, its usage (model calls, tokens, cost, writes) is queued and recorded off the event loop
-with the records of other runs that ended about then (`RecordBatches`), so that recording can
-neither slow nor fail the chat.
+ends, its usage (model calls, tokens, cost, writes) goes to the `Ledger` (kvmem/ledger.py),
+which records it off the event loop and keeps the daily token budget.
 
 The model writes through native tool calls (`mode: tools`) or, for models without tool
 calling, through one JSON object (`mode: json`, parsed in kvmem/agent_json.py); both are
-applied by the same code, with the same checks and result texts.
+applied by the `MemoryWriter` (kvmem/agent_writer.py), with the same checks and result
+texts. Under `placement: inline` there is no agent call: the run's task applies the main
+reply's markers (kvmem/inline_writes.py). Every run ends the same way (`_end`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio.to_thread
-from pydantic import ValidationError
 
-from kvmem.agent_json import (
-    JSON_MODE_INSTRUCTIONS,
-    DeleteOperation,
-    SetOperation,
-    parse_answer,
-    results_message,
-)
-from kvmem.agent_run import (
-    AgentError,
-    AgentRun,
-    AgentState,
-    DeadlinePassed,
-    MemoryUpdate,
-)
-from kvmem.agent_tools import (
-    DeleteMemoryArguments,
-    SetMemoryArguments,
-    refusal_message,
-    tool_definitions,
+from kvmem.agent_json import JSON_MODE_INSTRUCTIONS, parse_answer, results_message
+from kvmem.agent_run import AgentError, AgentRun, AgentState, DeadlinePassed
+from kvmem.agent_tools import tool_definitions
+from kvmem.agent_writer import MemoryWriter
+from kvmem.completion_shapes import (
+    a_string,
+    an_array,
+    an_object,
+    first_choice,
+    malformed,
+    usage_of,
 )
 from kvmem.config import AgentConfig, Config
 from kvmem.entries import Entry, utcnow
-from kvmem.errors import (
-    KvmemError,
-    UserErased,
-    describe_problems,
-)
+from kvmem.errors import UserErased
+from kvmem.inline_writes import write_markers
 from kvmem.intent import IntentGate
+from kvmem.ledger import Ledger
 from kvmem.markers import Marker
 from kvmem.metrics import Metrics
 from kvmem.model_client import ModelClient, token_prices
@@ -63,14 +53,16 @@ from kvmem.redaction import SecretScrubber
 from kvmem.run_slots import RunSlot, RunSlots
 from kvmem.store import MemoryStore
 from kvmem.upstream import Target
-from kvmem.usage import RecordBatches, RunUsage, UsageStore, day_start
+from kvmem.usage import UsageStore
 
 log = logging.getLogger("kvmem.agent")
 
 # States of a run that never called the model but is still recorded in `agent_runs`.
 RECORDED_WITHOUT_RUN = frozenset({"over_budget"})
 MAX_MODEL_CALLS = 2
-MAX_TOOL_CALLS = 16
+# How the log names what worked in a run, and whose deadline or user it was.
+AGENT_CALL = ("memory agent", "its")
+INLINE_MARKERS = ("memory markers", "their")
 
 
 class MemoryAgent:
@@ -92,23 +84,26 @@ class MemoryAgent:
         self.proposals = proposals or ProposalStore(store)
         self.client = client
         self.target = target
-        self.usage = usage
         self.metrics = metrics or Metrics()
-        self.grace_seconds = config.memory.agent.grace_seconds if config.memory.agent else 0.0
-        self.daily_token_budget = (
-            config.memory.agent.daily_token_budget if config.memory.agent else None
+        agent = config.memory.agent
+        self.grace_seconds = agent.grace_seconds if agent else 0.0
+        self.ledger = Ledger(
+            usage,
+            token_prices(target.model) if target is not None else None,
+            agent.daily_token_budget if agent else None,
+            self.metrics,
         )
         self.outcomes: Counter[str] = Counter()
         self.last_error: AgentError | None = None
+        self.writer = MemoryWriter(
+            store, self.proposals, config.memory.valid_keys, self.metrics, self.outcomes
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs: set[AgentRun] = set()
-        self._records = RecordBatches(self._write_records, self._records_lost)
         self._tools = tool_definitions(config.memory.valid_keys)
         self._scrubber = SecretScrubber.from_config(config)  # failures may quote a secret
         # Decided once from the config, not on every request.
         self._enabled = config.agent_status()[0] and target is not None
-        self._prices = token_prices(target.model) if target is not None else None
-        agent = config.memory.agent
         self.mode = agent.mode if agent else "tools"
         self._gate = (
             IntentGate(agent.trigger_phrases) if agent and agent.trigger == "intent" else None
@@ -120,11 +115,6 @@ class MemoryAgent:
     def enabled(self) -> bool:
         """Whether the agent runs at all under this config."""
         return self._enabled
-
-    def is_over_budget(self, tokens_today: int) -> bool:
-        """Whether a user who used `tokens_today` today may not have another run."""
-        budget = self.daily_token_budget
-        return budget is not None and tokens_today >= budget
 
     def verdict(
         self,
@@ -179,7 +169,7 @@ class MemoryAgent:
         run = AgentRun.finished(state)
         self.metrics.agent_runs.labels(state=state).inc()
         if state in RECORDED_WITHOUT_RUN:
-            self._record_later(run, user_id, conversation_id, duration=0.0)
+            self.ledger.record_later(run, user_id, conversation_id, duration=0.0)
         return run
 
     def start(
@@ -200,20 +190,12 @@ class MemoryAgent:
         `AgentRun.main_ended`; the sidecar hook, which has no main response, passes one.
         With `review` its writes become proposals (`kvmem.proposals`).
         """
-        loop = asyncio.get_running_loop()
         run = AgentRun(
             state="running", user_id=user_id, conversation_id=conversation_id, review=review,
-            _loop=loop,
+            _loop=asyncio.get_running_loop(),
         )
-        started = time.monotonic()
-        run.task = loop.create_task(
-            self._run(run, user_id, conversation_id, entries, window, started)
-        )
-        self._tasks.add(run.task)
-        self._runs.add(run)
-        run.task.add_done_callback(self._tasks.discard)
-        run.task.add_done_callback(lambda _: self._runs.discard(run))
-        run.task.add_done_callback(lambda _: slot.release())
+        task = self._track(run, self._run(run, user_id, entries, window, time.monotonic()))
+        task.add_done_callback(lambda _: slot.release())
         if deadline is not None:
             run.expire_at(deadline)
         return run
@@ -229,50 +211,21 @@ class MemoryAgent:
             self.outcomes["done"] += 1
             self.metrics.agent_runs.labels(state="done").inc()
             return
+        self._track(run, self._end(
+            run, user_id, functools.partial(write_markers, self.writer, run, user_id, markers),
+            INLINE_MARKERS,
+        ))
+
+    def _track(self, run: AgentRun, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run `work` as the run's task, tracked (`in_flight`, `stop_runs`, `shutdown`)
+        until it ends."""
         assert run._loop is not None
-        run.task = run._loop.create_task(self._run_markers(run, user_id, markers))
-        self._tasks.add(run.task)
+        task = run.task = run._loop.create_task(work)
+        self._tasks.add(task)
         self._runs.add(run)
-        run.task.add_done_callback(self._tasks.discard)
-        run.task.add_done_callback(lambda _: self._runs.discard(run))
-
-    async def _run_markers(
-        self, run: AgentRun, user_id: str, markers: Sequence[Marker]
-    ) -> None:
-        try:
-            await self._apply(run, user_id, markers[:MAX_TOOL_CALLS], self._apply_marker)
-            for marker in markers[MAX_TOOL_CALLS:]:
-                run.record(MemoryUpdate(marker.op, marker.key, marker.value,
-                                        error=f"not applied: at most {MAX_TOOL_CALLS} markers per reply"))
-            run.state = "done"
-        except (asyncio.CancelledError, DeadlinePassed):
-            run.state = "timeout"
-            log.info("memory markers cut off at their deadline: user=%s conversation=%s",
-                     user_id, run.conversation_id)
-        except UserErased:  # not a failure: the user is gone, so nothing is written
-            run.state = "timeout"
-            log.info("memory markers cut off: their user was erased: user=%s conversation=%s",
-                     user_id, run.conversation_id)
-        except Exception as exc:  # the markers must never take the chat down with them
-            run.state = "failed"
-            log.warning("memory markers failed: user=%s conversation=%s: %s",
-                        user_id, run.conversation_id, self._scrubber.scrub(str(exc)))
-            self.last_error = AgentError.of(utcnow(), exc, self._scrubber.summary(exc))
-            self.metrics.error("agent_failed")
-        finally:
-            self.outcomes[run.state] += 1
-            if run._timer is not None:
-                run._timer.cancel()
-            self.metrics.agent_runs.labels(state=run.state).inc()
-
-    async def _apply_marker(self, run: AgentRun, user_id: str, marker: Marker) -> tuple[str, bool]:
-        """Apply one marker of the main reply as the matching tool call would be (the hook
-        where a marker's write happens; a refused one is reported in `updates` with its error)."""
-        result, ok = ((marker.error, False) if marker.error is not None
-                      else await self._write(run, user_id, marker.key, marker.value))
-        if not ok:
-            run.record(MemoryUpdate(marker.op, marker.key, marker.value, error=result))
-        return result, ok
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: self._runs.discard(run))
+        return task
 
     @property
     def in_flight(self) -> int:
@@ -282,15 +235,7 @@ class MemoryAgent:
     @property
     def recording(self) -> int:
         """How many ended runs are still having their usage written."""
-        return self._records.unwritten
-
-    def tokens_today(self, user_id: str) -> int:
-        """The tokens of the user's runs since midnight UTC: those recorded in the database
-        (by every replica) and those of this process not written yet (from any thread)."""
-        assert self.usage is not None
-        now = utcnow()
-        return (self.usage.tokens_today(user_id, now)
-                + self._records.unwritten_tokens(user_id, day_start(now)))
+        return self.ledger.unwritten
 
     def stop_runs(self, user_id: str) -> int:
         """Stop the user's runs in flight in this process (before their erasure): none commits
@@ -313,32 +258,55 @@ class MemoryAgent:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         # The runs just ended queued their records: write them before the database closes.
-        await self._records.close()
+        await self.ledger.close()
 
     async def _run(
         self,
         run: AgentRun,
         user_id: str,
-        conversation_id: str | None,
         entries: Sequence[Entry],
         window: Sequence[ChatLine],
         started: float,
     ) -> None:
+        """An agent run's task: the conversation with the model, then its tokens counted and
+        its usage handed to the ledger, however it ended."""
         try:
-            await self._converse(run, user_id, entries, window)
+            await self._end(
+                run, user_id, functools.partial(self._converse, run, user_id, entries, window),
+                AGENT_CALL,
+            )
+        finally:
+            self.metrics.agent_tokens.labels(direction="input").inc(run.input_tokens)
+            self.metrics.agent_tokens.labels(direction="output").inc(run.output_tokens)
+            self.ledger.record_later(run, user_id, run.conversation_id,
+                                     time.monotonic() - started)
+
+    async def _end(
+        self,
+        run: AgentRun,
+        user_id: str,
+        work: Callable[[], Awaitable[None]],
+        who: tuple[str, str],
+    ) -> None:
+        """Do the run's `work` and end the run, whatever happened: `done`; `timeout` at its
+        deadline or when its user is erased; `failed` on any other error (logged, secrets
+        masked, and kept for /healthz). `who` names the worker in the log."""
+        subject, its = who
+        try:
+            await work()
             run.state = "done"
         except (asyncio.CancelledError, DeadlinePassed):
             run.state = "timeout"
-            log.info("memory agent cut off at its deadline: user=%s conversation=%s",
-                     user_id, conversation_id)
-        except UserErased:
+            log.info("%s cut off at %s deadline: user=%s conversation=%s",
+                     subject, its, user_id, run.conversation_id)
+        except UserErased:  # not a failure: the user is gone, so nothing is written
             run.state = "timeout"
-            log.info("memory agent cut off: its user was erased: user=%s conversation=%s",
-                     user_id, conversation_id)
+            log.info("%s cut off: %s user was erased: user=%s conversation=%s",
+                     subject, its, user_id, run.conversation_id)
         except Exception as exc:  # the agent must never take the chat down with it
             run.state = "failed"
-            log.warning("memory agent failed: user=%s conversation=%s: %s",
-                        user_id, conversation_id, self._scrubber.scrub(str(exc)))
+            log.warning("%s failed: user=%s conversation=%s: %s",
+                        subject, user_id, run.conversation_id, self._scrubber.scrub(str(exc)))
             self.last_error = AgentError.of(utcnow(), exc, self._scrubber.summary(exc))
             self.metrics.error("agent_failed")
         finally:
@@ -346,46 +314,6 @@ class MemoryAgent:
             if run._timer is not None:
                 run._timer.cancel()
             self.metrics.agent_runs.labels(state=run.state).inc()
-            self.metrics.agent_tokens.labels(direction="input").inc(run.input_tokens)
-            self.metrics.agent_tokens.labels(direction="output").inc(run.output_tokens)
-            self._record_later(run, user_id, conversation_id, time.monotonic() - started)
-
-    def _record_later(
-        self, run: AgentRun, user_id: str, conversation_id: str | None, duration: float
-    ) -> None:
-        """Queue the run's usage record, so the run (and a stream waiting for it) ends now,
-        not after a database write."""
-        if self.usage is None:
-            return
-        self._records.add(RunUsage(
-            user_id=user_id,
-            conversation_id=conversation_id,
-            started_at=run.started_at,
-            duration_seconds=duration,
-            model_calls=run.model_calls,
-            input_tokens=run.input_tokens,
-            output_tokens=run.output_tokens,
-            cost_usd=self._cost(run),
-            state=run.state,
-            writes=sum(not update.pending for update in run.updates),
-        ))
-
-    def _write_records(self, runs: Sequence[RunUsage]) -> None:
-        assert self.usage is not None
-        self.usage.record(*runs)
-
-    def _records_lost(self, runs: Sequence[RunUsage], exc: Exception) -> None:
-        """A lost record is logged and counted, never the chat's problem."""
-        for usage in runs:
-            log.warning("agent run usage not recorded: user=%s conversation=%s: %s",
-                        usage.user_id, usage.conversation_id, exc)
-            self.metrics.error("usage_record_failed")
-
-    def _cost(self, run: AgentRun) -> float | None:
-        """The run's cost in USD from litellm's price map; None when the model has no price."""
-        if self._prices is None:
-            return None
-        return run.input_tokens * self._prices[0] + run.output_tokens * self._prices[1]
 
     async def _converse(
         self, run: AgentRun, user_id: str, entries: Sequence[Entry], window: Sequence[ChatLine]
@@ -432,19 +360,22 @@ class MemoryAgent:
             response = await self._call_model(
                 run, messages, user_id, tools=self._tools, tool_choice="auto"
             )
-            message = response["choices"][0]["message"]
-            calls = message.get("tool_calls") or []
+            message = first_choice(response)["message"]
+            listed = an_array(message.get("tool_calls"), "choices[0].message.tool_calls")
+            calls = [an_object(call, "a tool call") for call in listed]
             if not calls:
                 return
-            functions = [call.get("function") or {} for call in calls]
-            results, failed = await self._apply(run, user_id, functions, self._call_tool)
+            functions = [_function(call) for call in calls]
+            results, failed = await self.writer.apply(
+                run, user_id, functions, self.writer.call_tool
+            )
             if not failed:
                 return
             messages.append(
                 {"role": "assistant", "content": message.get("content"), "tool_calls": calls}
             )
             messages += [
-                {"role": "tool", "tool_call_id": call["id"], "content": result}
+                {"role": "tool", "tool_call_id": _call_id(call), "content": result}
                 for call, result in zip(calls, results, strict=True)
             ]
 
@@ -457,11 +388,14 @@ class MemoryAgent:
         assert self.target is not None
         for _ in range(MAX_MODEL_CALLS):
             response = await self._call_model(run, messages, user_id)
-            answer = response["choices"][0]["message"].get("content")
+            answer = a_string(first_choice(response)["message"].get("content"),
+                              "choices[0].message.content")
             operations = parse_answer(answer)
             if not operations:
                 return
-            results, failed = await self._apply(run, user_id, operations, self._operate)
+            results, failed = await self.writer.apply(
+                run, user_id, operations, self.writer.operate
+            )
             if not failed:
                 return
             messages.append({"role": "assistant", "content": answer})
@@ -475,122 +409,21 @@ class MemoryAgent:
         assert self.target is not None
         run.model_calls += 1
         response = await self.client.complete(self.target, messages, user_id, **request)
-        run.count_usage(response.get("usage"))
+        run.count_usage(usage_of(response))
         return response
 
-    async def _apply(
-        self,
-        run: AgentRun,
-        user_id: str,
-        requests: Sequence[Any],
-        perform: Callable[[AgentRun, str, Any], Awaitable[tuple[str, bool]]],
-    ) -> tuple[list[str], bool]:
-        """Run `perform` on each write request (tool call or JSON operation) in order, at most
-        `MAX_TOOL_CALLS`; the result strings and whether any failed."""
-        results, failed = [], False
-        if len(requests) > MAX_TOOL_CALLS:
-            log.warning("memory agent asked for %d writes; applying the first %d",
-                        len(requests), MAX_TOOL_CALLS)
-            self.outcomes["tool_calls_capped"] += 1
-        for index, request in enumerate(requests):
-            if index >= MAX_TOOL_CALLS:
-                results.append(f"Error: not applied; at most {MAX_TOOL_CALLS} tool calls per turn.")
-                failed = True
-                continue
-            result, ok = await perform(run, user_id, request)
-            results.append(result)
-            failed = failed or not ok
-        return results, failed
 
-    async def _operate(
-        self, run: AgentRun, user_id: str, operation: SetOperation | DeleteOperation
-    ) -> tuple[str, bool]:
-        """Apply one validated JSON-mode operation, as the matching tool call would be."""
-        if isinstance(operation, SetOperation):
-            return await self._write(run, user_id, operation.key, operation.value)
-        return await self._write(run, user_id, operation.key, None)
+def _function(call: dict[str, Any]) -> dict[str, Any]:
+    """A tool call's `function`: an object with string (or absent) `arguments`; any other
+    shape is the upstream's malformed answer (`UpstreamError`), not the model's mistake."""
+    function = an_object(call.get("function"), "a tool call's function")
+    a_string(function.get("arguments"), "a tool call's arguments")
+    return function
 
-    async def _call_tool(
-        self, run: AgentRun, user_id: str, function: dict[str, Any]
-    ) -> tuple[str, bool]:
-        name = function.get("name")
-        try:
-            arguments = json.loads(function.get("arguments") or "{}")
-        except json.JSONDecodeError as exc:
-            return f"Error: the arguments of {name} are not valid JSON ({exc.msg}).", False
-        try:
-            if name == "set_memory":
-                args = SetMemoryArguments.model_validate(arguments)
-                return await self._write(run, user_id, args.key, args.value)
-            if name == "delete_memory":
-                delete = DeleteMemoryArguments.model_validate(arguments)
-                return await self._write(run, user_id, delete.key, None)
-        except ValidationError as exc:
-            problems = describe_problems(exc, "arguments")
-            return f"Error: invalid arguments for {name}: {problems}.", False
-        return f'Error: tool "{name}" does not exist. Use set_memory or delete_memory.', False
 
-    async def _write(
-        self, run: AgentRun, user_id: str, key: str, value: str | None
-    ) -> tuple[str, bool]:
-        """Set `key` (or delete it when `value` is None) in a worker thread, or propose it
-        under review; the result text the model sees and whether the write landed."""
-        try:
-            if run.review:
-                return await anyio.to_thread.run_sync(
-                    self._propose, run, user_id, key, value, abandon_on_cancel=True
-                ), True
-            if value is None:
-                return await anyio.to_thread.run_sync(
-                    self._delete, run, user_id, key, abandon_on_cancel=True
-                ), True
-            return await anyio.to_thread.run_sync(
-                self._set, run, user_id, key, value, abandon_on_cancel=True
-            ), True
-        except UserErased:
-            raise  # the run ends: nothing of an erased user is written
-        except KvmemError as exc:
-            return self._refusal(exc, key), False
-
-    def _set(self, run: AgentRun, user_id: str, key: str, value: str) -> str:
-        guard = run.commit_guard()
-        try:
-            written = self.store.set(
-                user_id, key, value, "agent", conversation_id=run.conversation_id, guard=guard,
-                since=run.started_at,
-            )
-            run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
-        finally:
-            guard.release()
-        self.metrics.memory_write("agent", "set")
-        return f'Memory set for key "{written.entry.key}" ({written.entry.token_count} tokens)'
-
-    def _delete(self, run: AgentRun, user_id: str, key: str) -> str:
-        guard = run.commit_guard()
-        try:
-            self.store.delete(
-                user_id, key, "agent", conversation_id=run.conversation_id, guard=guard,
-                since=run.started_at,
-            )
-            run.record(MemoryUpdate("delete", key))
-        finally:
-            guard.release()
-        self.metrics.memory_write("agent", "delete")
-        return f'Memory deleted for key "{key}"'
-
-    def _propose(self, run: AgentRun, user_id: str, key: str, value: str | None) -> str:
-        guard = run.commit_guard()
-        try:
-            proposal = self.proposals.propose(
-                user_id, key, value, conversation_id=run.conversation_id, guard=guard,
-                since=run.started_at,
-            )
-            run.record(MemoryUpdate(proposal.op, proposal.key, proposal.value, pending=True))
-        finally:
-            guard.release()
-        return (f'Proposed for review: {proposal.op} key "{proposal.key}". The user will keep '
-                "or dismiss it; do not repeat it.")
-
-    def _refusal(self, exc: KvmemError, key: str) -> str:
-        """The result string the model sees for a refused write."""
-        return refusal_message(exc, key, self.config.memory.valid_keys)
+def _call_id(call: dict[str, Any]) -> str:
+    """The id a tool result must name (needed only when results go back to the model)."""
+    call_id = a_string(call.get("id"), "a tool call's id")
+    if call_id is None:
+        raise malformed("a tool call has no id")
+    return call_id

@@ -4,8 +4,8 @@ With `memory.agent.mode: json` the agent's request carries no tools. The model a
 JSON object, `{"operations": [{"op": "set", "key", "value"} | {"op": "delete", "key"}]}`,
 which this module parses and validates as a whole (a fenced code block is accepted). An
 answer that is not such an object, or holds an unknown op or a field of the wrong type, is
-refused entirely: nothing of it is applied. Applying the operations is the agent's job
-(kvmem/agent.py), exactly as for tool calls; this module knows nothing of the store.
+refused entirely: nothing of it is applied. Applying the operations is the `MemoryWriter`'s
+(kvmem/agent_writer.py), exactly as for tool calls; this module knows nothing of the store.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 An `AgentRun` is what a chat request holds of its agent: the reply reads its state and
 updates, a stream waits on its events, and the commit guard (`CommitGuard`) stops a write
-that would land after the deadline. It knows nothing of models, HTTP or the database.
+that would land after the deadline. It knows nothing of models, HTTP or the database (the
+store calls its guard inside the write's transaction); of the store it takes only the time
+helpers `iso` and `utcnow`, from the ground-floor kvmem/entries.py.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from kvmem.completion_shapes import malformed
 from kvmem.entries import iso, utcnow
 from kvmem.errors import KvmemError, UpstreamRateLimited, UpstreamRejected
 
@@ -129,10 +132,11 @@ class AgentRun:
             self._loop.call_soon_threadsafe(self._cancel)
 
     def count_usage(self, usage: dict[str, Any] | None) -> None:
-        """Add one model call's `usage` (OpenAI's `prompt_tokens`/`completion_tokens`)."""
+        """Add one model call's `usage` (OpenAI's `prompt_tokens`/`completion_tokens`); a
+        count that is no number is the upstream's malformed answer (`UpstreamError`)."""
         usage = usage or {}
-        self.input_tokens += int(usage.get("prompt_tokens") or 0)
-        self.output_tokens += int(usage.get("completion_tokens") or 0)
+        self.input_tokens += _token_count(usage, "prompt_tokens")
+        self.output_tokens += _token_count(usage, "completion_tokens")
 
     def record(self, update: MemoryUpdate) -> None:
         """Note a committed write (called from the worker thread that committed it)."""
@@ -179,6 +183,13 @@ class AgentRun:
     def _cancel(self) -> None:
         if self.task is not None and not self.task.done():
             self.task.cancel()
+
+
+def _token_count(usage: dict[str, Any], name: str) -> int:
+    try:
+        return int(usage.get(name) or 0)
+    except (TypeError, ValueError) as exc:
+        raise malformed(f"usage.{name} is not a number") from exc
 
 
 class CommitGuard:

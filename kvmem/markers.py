@@ -3,8 +3,8 @@
 With `memory.agent.placement: inline` the main model writes memory itself by ending its reply
 with markers. `MarkerFilter` is fed the reply as it arrives, in chunks of any size, and gives
 back the text a client may see; the markers it cut out are collected in `markers`. It knows
-nothing of HTTP, chunks' JSON shapes or the store: kvmem/main_call.py feeds it, and the
-memory agent (kvmem/agent.py) validates and applies what it collected.
+nothing of HTTP, chunks' JSON shapes or the store: kvmem/main_call.py feeds it, and
+kvmem/inline_writes.py applies what it collected, with every check of a tool call.
 
 The rules:
 - A marker begins with exactly `[MEMORY:` or `[FORGET:` and ends at the first `]`; a value

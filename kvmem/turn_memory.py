@@ -106,6 +106,7 @@ class MemoryService:
         self._blocks: dict[str, tuple[Sequence[Entry], list[Entry], str]] = {}
         self._blocks_lock = threading.Lock()
         self.agent = agent
+        self.ledger = agent.ledger  # the budget is the ledger's, not the agent's
         self.inline = config.inline_memory()
         memory = config.memory
         self.marker_instructions = (
@@ -321,10 +322,7 @@ class MemoryService:
     def _over_budget(self, user_id: str) -> bool:
         """Whether the user's agent runs of today reached the budget (read from the database,
         so every replica sees the same runs, plus this process's records not written yet)."""
-        agent = self.agent
-        if agent.daily_token_budget is None or agent.usage is None or not agent.enabled:
-            return False
-        return agent.is_over_budget(agent.tokens_today(user_id))
+        return self.agent.enabled and self.ledger.is_over_budget(user_id)
 
     def apply_markers(self, memory: TurnMemory, user_id: str, markers: Sequence[Marker]) -> None:
         """An inline turn's main response is complete: apply the `markers` its reply closed

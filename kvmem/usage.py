@@ -2,21 +2,18 @@
 
 `UsageStore` writes runs' records (tokens from the upstream's `usage`, cost in USD or null)
 and reads them back for `GET /usage`, `kvmem usage` and the daily token budget, which is read
-from the database so that it holds across replicas. `RecordBatches` gathers the records of
-runs that end close together into one write transaction. It knows nothing of HTTP or
-litellm (prices are worked out by the agent, from `model_client.token_prices`).
+from the database so that it holds across replicas. It knows nothing of HTTP or litellm, nor
+of the records still on their way: `kvmem.ledger` batches them, prices runs (from
+`model_client.token_prices`) and keeps the budget.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, cast
 
-import anyio.to_thread
 from sqlalchemy import ColumnElement, Table, func, insert, select
 
 from kvmem.db import Database
@@ -221,82 +218,3 @@ def _sum(values: Sequence[Any]) -> UsageSum:
         int(runs), int(input_tokens), int(output_tokens),
         None if cost is None else float(cost), int(writes),
     )
-
-
-# How long the first record of a batch waits for others to share its transaction, and how
-# many records one transaction holds at most.
-BATCH_SECONDS = 0.1
-MAX_BATCH = 256
-
-
-class RecordBatches:
-    """Writes run records in batches, off the event loop: a batch is written `BATCH_SECONDS`
-    after its first record arrived, or as soon as `MAX_BATCH` records wait; one batch is
-    written at a time.
-
-    A write per run cost about a fifth of kvmem's busy time at 32 chat requests in flight
-    with the agent on (a transaction, the user's row, an ORM flush and a commit, on the GIL).
-
-    `write` stores a batch (in a worker thread); a batch it raises for is lost, and handed to
-    `on_lost` with the error. `close` (a clean shutdown) writes every record still waiting
-    at once. A crash loses the records of the runs that ended in the last `BATCH_SECONDS` or
-    so, where a write per run lost only those being written.
-    """
-
-    def __init__(
-        self,
-        write: Callable[[Sequence[RunUsage]], None],
-        on_lost: Callable[[Sequence[RunUsage], Exception], None],
-    ) -> None:
-        self._write = write
-        self._on_lost = on_lost
-        self._waiting: list[RunUsage] = []
-        self._writing: list[RunUsage] = []
-        self._now = asyncio.Event()  # set: write what waits without waiting for more
-        self._closing = False
-        self._flusher: asyncio.Task[None] | None = None
-
-    @property
-    def unwritten(self) -> int:
-        """How many records wait or are being written."""
-        return len(self._waiting) + len(self._writing)
-
-    def unwritten_tokens(self, user_id: str, since: datetime) -> int:
-        """Input plus output tokens of the user's runs started since `since` whose records
-        are not written yet, so that the daily budget counts them (from any thread)."""
-        return sum(
-            run.input_tokens + run.output_tokens
-            for run in [*self._waiting, *self._writing]
-            if run.user_id == user_id and run.started_at >= since
-        )
-
-    def add(self, run: RunUsage) -> None:
-        """Queue a record (on the event loop)."""
-        self._waiting.append(run)
-        if len(self._waiting) >= MAX_BATCH:
-            self._now.set()
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush())
-
-    async def close(self) -> None:
-        """Write every record still waiting, now (at shutdown)."""
-        self._closing = True
-        self._now.set()
-        while self._flusher is not None and not self._flusher.done():
-            await asyncio.shield(self._flusher)
-
-    async def _flush(self) -> None:
-        while self._waiting:
-            if not self._now.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._now.wait(), BATCH_SECONDS)
-            batch = self._writing = self._waiting[:MAX_BATCH]
-            self._waiting = self._waiting[MAX_BATCH:]
-            if len(self._waiting) < MAX_BATCH and not self._closing:
-                self._now.clear()
-            try:
-                await anyio.to_thread.run_sync(self._write, batch)
-            except Exception as exc:  # a lost record never fails anything else
-                self._on_lost(batch, exc)
-            finally:
-                self._writing = []

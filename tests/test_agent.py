@@ -3,6 +3,7 @@ deadline and shutdown, and that nothing it does changes the chat reply."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sqlite3
@@ -36,7 +37,7 @@ from tests.support.apps import (
 )
 from tests.support.bounds import at_most
 from tests.support.hostile import HOSTILE_VALUES, unescape
-from tests.support.matchers import entry
+from tests.support.matchers import ISO_TIME, entry
 from tests.support.plans import sqlite_trace
 from tests.support.upstream import Reply
 
@@ -835,6 +836,55 @@ def test_an_agent_failure_leaves_the_reply_unchanged(
     assert outcomes(client) == {outcome: 1}
     assert memories(client) == []
     assert len(upstream.received(AGENT_MODEL)) == 1  # no retry
+
+
+def malformed_answer(message: Any, **fields: Any) -> Reply:
+    """An agent-model answer that is JSON but not of the shape kvmem reads."""
+    return Reply(raw=json.dumps({"id": "x", "choices": [{"message": message}], **fields}).encode())
+
+
+def bad_call(**call: Any) -> Any:
+    return {"tool_calls": [{"id": "c1", "type": "function", **call}]}
+
+
+@pytest.mark.parametrize(
+    ("mode", "agent_reply"),
+    [
+        ("tools", Reply(raw=b'{"id": "x", "choices": "x"}')),
+        ("tools", malformed_answer("x")),
+        ("tools", malformed_answer({"tool_calls": "x"})),
+        ("tools", malformed_answer({"tool_calls": ["x"]})),
+        ("tools", malformed_answer(bad_call(function="x"))),
+        ("tools", malformed_answer(bad_call(function={"name": "set_memory", "arguments": 7}))),
+        ("tools", malformed_answer(
+            {"tool_calls": [{"type": "function", "function": {"name": "no", "arguments": "{}"}}]}
+        )),
+        ("tools", malformed_answer({"content": "ok"}, usage="x")),
+        ("tools", malformed_answer({"content": "ok"}, usage={"prompt_tokens": "many"})),
+        ("json", malformed_answer({"content": {"operations": []}})),
+    ],
+    ids=["choices", "message", "tool_calls", "tool_call", "function", "arguments", "no-id",
+         "usage", "usage-tokens", "json-content"],
+)
+def test_a_malformed_agent_answer_is_an_upstream_error(
+    upstream, chat_sections, make_client, mode, agent_reply
+):
+    """An answer of the wrong shape is the upstream's failure, as on the main call: the run
+    fails with `upstream_error`, never an `internal_error` of kvmem's own. (On the direct
+    client, which hands kvmem the answer as sent; litellm's client refuses most such answers
+    itself, as its own `upstream_error`.)"""
+    client = make_client(**chat_sections(agent={"mode": mode, "grace_seconds": 8},
+                                         chat={"client": "direct"}))
+    upstream.script(AGENT_MODEL, agent_reply)
+    response = client.post("/chat", json={"message": "Remember I like tea."})
+    assert response.status_code == 200
+    wait_agents_idle(client)
+    assert outcomes(client) == {"failed": 1}
+    assert memories(client) == []
+    assert client.get("/healthz").json()["agent"]["last_error"] == {
+        "at": ISO_TIME, "code": "upstream_error", "upstream_status": 200,
+    }
+    assert services(client).agent.last_error.message == Containing("(a malformed response)")
 
 
 @pytest.mark.parametrize(

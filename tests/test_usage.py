@@ -18,8 +18,9 @@ from starlette.testclient import TestClient
 from kvmem.db import Database
 from kvmem.entries import utcnow
 from kvmem.errors import StoreUnavailable
+from kvmem.ledger import MAX_BATCH, RecordBatches
 from kvmem.tables import AgentRunRecord
-from kvmem.usage import MAX_BATCH, RecordBatches, RunUsage, UsageStore, day_start
+from kvmem.usage import RunUsage, UsageStore, day_start
 from tests.support.apps import (
     AGENT_MODEL,
     services,
@@ -165,7 +166,7 @@ def test_a_lost_record_never_fails_the_chat(
 
     client = make_client(**chat_sections())
     agent = services(client).agent
-    agent.usage = BrokenUsage(services(client).database)
+    agent.ledger.usage = BrokenUsage(services(client).database)
     reply = client.post("/chat", json={"message": "hello"})
     assert reply.status_code == 200
     wait_agents_idle(client)
@@ -324,7 +325,7 @@ def test_the_budget_counts_runs_whose_records_are_not_written_yet(
     client = make_client(**chat_sections(agent={"daily_token_budget": 15}))
     agent = services(client).agent
     held = HeldUsage(database)
-    agent.usage = held
+    agent.ledger.usage = held
     try:
         first = client.post("/chat", json={"message": "one"}).json()["memory"]["agent"]
         assert first in ("running", "done")  # 15 tokens: the budget is reached
