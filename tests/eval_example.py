@@ -1,4 +1,4 @@
-"""The README's worked example of `kvmem eval`: `python -m tests.eval_example [ARGS...]`.
+"""The worked example in docs/agent.md of `kvmem eval`: `python -m tests.eval_example [ARGS...]`.
 
 Runs the real `kvmem eval` command (built-in suite unless ARGS say otherwise) against the
 scripted upstream of tests/support/upstream.py answering as a scripted agent that is

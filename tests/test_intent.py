@@ -25,7 +25,7 @@ from tests.support.matchers import entry
 from tests.support.upstream import Reply
 
 CORPUS = Path(__file__).parent / "data" / "intent_corpus.jsonl"
-# Written and committed before the fail-safe gate, never used to tune it (README, "Intent
+# Written and committed before the fail-safe gate, never used to tune it (docs/agent.md, "Intent
 # gate"); the tuning file is what the gate was tuned on besides CORPUS.
 HELDOUT_ROUNDS = (
     Path(__file__).parent / "data" / "intent_heldout.jsonl",
@@ -37,7 +37,7 @@ CORPUS_LANGUAGES = ("en", "zh", "ru", "it", "es", "fr", "de", "pt", "ja")
 INTENTS = ("explicit", "implicit")
 NON_INTENTS = ("memory_question", "chitchat", "mention")
 # The rounds the corpus was written in; each later one was measured before the gate was
-# changed for it (README, "Intent gate", has those first numbers).
+# changed for it (docs/agent.md, "Intent gate", has those first numbers).
 SPLITS = ("dev", "holdout", "unseen", "blind", "final")
 
 
@@ -140,7 +140,7 @@ def test_a_held_out_round_is_new_and_covers_every_language(path, size):
 
 @pytest.mark.parametrize("path", HELDOUT_ROUNDS, ids=lambda path: path.stem)
 def test_a_held_out_round_meets_the_targets(path):
-    """The regression guard for the README's table, whose numbers were measured on each round
+    """The regression guard for the table in docs/agent.md ("Intent gate"), whose numbers were measured on each round
     before any change made after looking at it."""
     gate = IntentGate()
     heldout = load_labelled(path)

@@ -1,4 +1,4 @@
-"""Screenshots of the memory page for the README: `python -m tests.ui_screenshots [FOLDER]`.
+"""Screenshots of the memory page for the docs (docs/page.md): `python -m tests.ui_screenshots [FOLDER]`.
 
 Starts a real `kvmem serve` (local mode) on a scratch database, fills it with a few
 memories (one saved by the memory agent through /chat, on the scripted upstream), dates

@@ -12,7 +12,7 @@ from pathlib import Path
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 
-RESULTS = Path(__file__).resolve().parent / "tests" / "bench" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "tests" / "bench" / "results"
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
