@@ -161,9 +161,7 @@ class MemoryAgent:
         ends (`start`) or released by the caller when the agent does not run."""
         return self._slots.take(user_id)
 
-    def not_run(
-        self, state: AgentState, user_id: str, conversation_id: str | None
-    ) -> AgentRun:
+    def not_run(self, state: AgentState, user_id: str, conversation_id: str | None) -> AgentRun:
         """The run of a request the agent does not run for, counted (and, for `over_budget`,
         recorded, so that refused runs show in the usage)."""
         run = AgentRun.finished(state)
@@ -191,7 +189,10 @@ class MemoryAgent:
         With `review` its writes become proposals (`kvmem.proposals`).
         """
         run = AgentRun(
-            state="running", user_id=user_id, conversation_id=conversation_id, review=review,
+            state="running",
+            user_id=user_id,
+            conversation_id=conversation_id,
+            review=review,
             _loop=asyncio.get_running_loop(),
         )
         task = self._track(run, self._run(run, user_id, entries, window, time.monotonic()))
@@ -200,9 +201,7 @@ class MemoryAgent:
             run.expire_at(deadline)
         return run
 
-    def apply_markers(
-        self, run: AgentRun, user_id: str, markers: Sequence[Marker]
-    ) -> None:
+    def apply_markers(self, run: AgentRun, user_id: str, markers: Sequence[Marker]) -> None:
         """Apply an inline run's markers (`placement: inline`, collected from the main reply
         when it ended) as a tracked task, with every check of a tool call, before the run's
         deadline; a run without markers is `done` at once."""
@@ -211,10 +210,15 @@ class MemoryAgent:
             self.outcomes["done"] += 1
             self.metrics.agent_runs.labels(state="done").inc()
             return
-        self._track(run, self._end(
-            run, user_id, functools.partial(write_markers, self.writer, run, user_id, markers),
-            INLINE_MARKERS,
-        ))
+        self._track(
+            run,
+            self._end(
+                run,
+                user_id,
+                functools.partial(write_markers, self.writer, run, user_id, markers),
+                INLINE_MARKERS,
+            ),
+        )
 
     def _track(self, run: AgentRun, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run `work` as the run's task, tracked (`in_flight`, `stop_runs`, `shutdown`)
@@ -272,14 +276,15 @@ class MemoryAgent:
         its usage handed to the ledger, however it ended."""
         try:
             await self._end(
-                run, user_id, functools.partial(self._converse, run, user_id, entries, window),
+                run,
+                user_id,
+                functools.partial(self._converse, run, user_id, entries, window),
                 AGENT_CALL,
             )
         finally:
             self.metrics.agent_tokens.labels(direction="input").inc(run.input_tokens)
             self.metrics.agent_tokens.labels(direction="output").inc(run.output_tokens)
-            self.ledger.record_later(run, user_id, run.conversation_id,
-                                     time.monotonic() - started)
+            self.ledger.record_later(run, user_id, run.conversation_id, time.monotonic() - started)
 
     async def _end(
         self,
@@ -297,16 +302,31 @@ class MemoryAgent:
             run.state = "done"
         except (asyncio.CancelledError, DeadlinePassed):
             run.state = "timeout"
-            log.info("%s cut off at %s deadline: user=%s conversation=%s",
-                     subject, its, user_id, run.conversation_id)
+            log.info(
+                "%s cut off at %s deadline: user=%s conversation=%s",
+                subject,
+                its,
+                user_id,
+                run.conversation_id,
+            )
         except UserErased:  # not a failure: the user is gone, so nothing is written
             run.state = "timeout"
-            log.info("%s cut off: %s user was erased: user=%s conversation=%s",
-                     subject, its, user_id, run.conversation_id)
+            log.info(
+                "%s cut off: %s user was erased: user=%s conversation=%s",
+                subject,
+                its,
+                user_id,
+                run.conversation_id,
+            )
         except Exception as exc:  # the agent must never take the chat down with it
             run.state = "failed"
-            log.warning("%s failed: user=%s conversation=%s: %s",
-                        subject, user_id, run.conversation_id, self._scrubber.scrub(str(exc)))
+            log.warning(
+                "%s failed: user=%s conversation=%s: %s",
+                subject,
+                user_id,
+                run.conversation_id,
+                self._scrubber.scrub(str(exc)),
+            )
             self.last_error = AgentError.of(utcnow(), exc, self._scrubber.summary(exc))
             self.metrics.error("agent_failed")
         finally:
@@ -320,9 +340,7 @@ class MemoryAgent:
     ) -> None:
         assert self.target is not None
         memory = self.config.memory
-        prompt = await anyio.to_thread.run_sync(
-            self._agent_input, run, user_id, entries, window
-        )
+        prompt = await anyio.to_thread.run_sync(self._agent_input, run, user_id, entries, window)
         instructions = (memory.agent and memory.agent.instructions) or DEFAULT_AGENT_INSTRUCTIONS
         if self.mode == "json":
             instructions = f"{instructions}\n\n{JSON_MODE_INSTRUCTIONS}"
@@ -388,14 +406,13 @@ class MemoryAgent:
         assert self.target is not None
         for _ in range(MAX_MODEL_CALLS):
             response = await self._call_model(run, messages, user_id)
-            answer = a_string(first_choice(response)["message"].get("content"),
-                              "choices[0].message.content")
+            answer = a_string(
+                first_choice(response)["message"].get("content"), "choices[0].message.content"
+            )
             operations = parse_answer(answer)
             if not operations:
                 return
-            results, failed = await self.writer.apply(
-                run, user_id, operations, self.writer.operate
-            )
+            results, failed = await self.writer.apply(run, user_id, operations, self.writer.operate)
             if not failed:
                 return
             messages.append({"role": "assistant", "content": answer})

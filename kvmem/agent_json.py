@@ -30,6 +30,7 @@ as delete_memory would.
 - If there is nothing to remember or forget, answer {"operations": []}.
 - No prose, no explanation, no other fields."""
 
+
 class SetOperation(BaseModel):
     """Store or replace the value of a key."""
 
@@ -108,10 +109,12 @@ def results_message(
         f"{index}. {describe(operation)}: {result}"
         for index, (operation, result) in enumerate(zip(operations, results, strict=True), 1)
     ]
-    return "\n".join([
-        "Results of your operations:",
-        *lines,
-        "",
-        "Operations that succeeded are done; do not repeat them. Answer with only one JSON "
-        'object holding the corrected operations for those that failed, or {"operations": []}.',
-    ])
+    return "\n".join(
+        [
+            "Results of your operations:",
+            *lines,
+            "",
+            "Operations that succeeded are done; do not repeat them. Answer with only one JSON "
+            'object holding the corrected operations for those that failed, or {"operations": []}.',
+        ]
+    )

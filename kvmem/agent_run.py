@@ -84,8 +84,13 @@ class AgentRun:
     ) -> AgentRun:
         """An inline run: `running` from the start of the request, its task started only
         when the main response ends (kvmem/agent.py `MemoryAgent.apply_markers`)."""
-        return cls(state="running", user_id=user_id, conversation_id=conversation_id,
-                   review=review, _loop=asyncio.get_running_loop())
+        return cls(
+            state="running",
+            user_id=user_id,
+            conversation_id=conversation_id,
+            review=review,
+            _loop=asyncio.get_running_loop(),
+        )
 
     @classmethod
     def finished(cls, state: AgentState) -> AgentRun:
@@ -237,7 +242,9 @@ class AgentError:
         """The error as /healthz shows it. The message may quote an upstream's reply about
         some user's request, so only a caller holding a service key sees it."""
         shown: dict[str, Any] = {
-            "at": iso(self.at), "code": self.code, "upstream_status": self.upstream_status
+            "at": iso(self.at),
+            "code": self.code,
+            "upstream_status": self.upstream_status,
         }
         if with_message:
             shown["message"] = self.message

@@ -43,7 +43,9 @@ TOOLS: dict[str, type[BaseModel]] = {
 }
 
 
-def tool_schema(name: str, arguments: type[BaseModel], valid_keys: Sequence[str] | None) -> dict[str, Any]:
+def tool_schema(
+    name: str, arguments: type[BaseModel], valid_keys: Sequence[str] | None
+) -> dict[str, Any]:
     """One tool in OpenAI's format, generated from its argument model (docstring, fields and
     their descriptions), so the schema the model sees and the validation cannot drift apart."""
     schema = arguments.model_json_schema()
@@ -71,15 +73,19 @@ def refusal_message(exc: KvmemError, key: Any, valid_keys: Sequence[str] | None)
     if isinstance(exc, KeyNotAllowed | InvalidKey):
         if valid_keys:
             return f'Invalid key "{key}". Must be one of: {", ".join(valid_keys)}'
-        return (f'Invalid key "{key}". Keys are lowercase letters, digits and _, '
-                "start with a letter, and are at most 128 characters.")
+        return (
+            f'Invalid key "{key}". Keys are lowercase letters, digits and _, '
+            "start with a letter, and are at most 128 characters."
+        )
     if isinstance(exc, MemoryFull):
         return "Memory storage would exceed limit. Cannot save this memory."
     if isinstance(exc, EmptyValue):
         return f'Empty value for key "{key}". Cannot save an empty memory.'
     if isinstance(exc, ValueTooLong):
-        return (f'Value for key "{key}" is too long ({exc.details["length"]} characters; '
-                f'the limit is {exc.details["char_limit"]}). Shorten it.')
+        return (
+            f'Value for key "{key}" is too long ({exc.details["length"]} characters; '
+            f"the limit is {exc.details['char_limit']}). Shorten it."
+        )
     if isinstance(exc, NotFound):
         return f'No memory with key "{key}". Nothing to delete.'
     return f"Error: {exc.message}"

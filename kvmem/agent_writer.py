@@ -60,8 +60,11 @@ class MemoryWriter:
         `MAX_TOOL_CALLS`; the result strings and whether any failed."""
         results, failed = [], False
         if len(requests) > MAX_TOOL_CALLS:
-            log.warning("memory agent asked for %d writes; applying the first %d",
-                        len(requests), MAX_TOOL_CALLS)
+            log.warning(
+                "memory agent asked for %d writes; applying the first %d",
+                len(requests),
+                MAX_TOOL_CALLS,
+            )
             self.outcomes["tool_calls_capped"] += 1
         for index, request in enumerate(requests):
             if index >= MAX_TOOL_CALLS:
@@ -134,7 +137,12 @@ class MemoryWriter:
         guard = run.commit_guard()
         try:
             written = self.store.set(
-                user_id, key, value, "agent", conversation_id=run.conversation_id, guard=guard,
+                user_id,
+                key,
+                value,
+                "agent",
+                conversation_id=run.conversation_id,
+                guard=guard,
                 since=run.started_at,
             )
             run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
@@ -147,7 +155,11 @@ class MemoryWriter:
         guard = run.commit_guard()
         try:
             self.store.delete(
-                user_id, key, "agent", conversation_id=run.conversation_id, guard=guard,
+                user_id,
+                key,
+                "agent",
+                conversation_id=run.conversation_id,
+                guard=guard,
                 since=run.started_at,
             )
             run.record(MemoryUpdate("delete", key))
@@ -160,11 +172,17 @@ class MemoryWriter:
         guard = run.commit_guard()
         try:
             proposal = self.proposals.propose(
-                user_id, key, value, conversation_id=run.conversation_id, guard=guard,
+                user_id,
+                key,
+                value,
+                conversation_id=run.conversation_id,
+                guard=guard,
                 since=run.started_at,
             )
             run.record(MemoryUpdate(proposal.op, proposal.key, proposal.value, pending=True))
         finally:
             guard.release()
-        return (f'Proposed for review: {proposal.op} key "{proposal.key}". The user will keep '
-                "or dismiss it; do not repeat it.")
+        return (
+            f'Proposed for review: {proposal.op} key "{proposal.key}". The user will keep '
+            "or dismiss it; do not repeat it."
+        )

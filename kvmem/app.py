@@ -67,7 +67,12 @@ def build_services(
     usage = UsageStore(database)
     proposals = ProposalStore(store)
     agent = MemoryAgent(
-        config, store, client, agent_target(config), usage=usage, metrics=metrics,
+        config,
+        store,
+        client,
+        agent_target(config),
+        usage=usage,
+        metrics=metrics,
         proposals=proposals,
     )
     metrics.agent_in_flight.set_function(lambda: agent.in_flight)
@@ -77,9 +82,7 @@ def build_services(
         tokens=tokens,
         store=store,
         keys=keys,
-        auth=Authenticator(
-            config.auth, keys, SessionStore(database, config.auth.session_seconds)
-        ),
+        auth=Authenticator(config.auth, keys, SessionStore(database, config.auth.session_seconds)),
         conversations=ConversationStore(database),
         client=client,
         chat_target=chat_target(config.chat),
@@ -188,7 +191,9 @@ async def render_http_exception(request: Request, exc: Exception) -> Response:
     """Starlette's own 404/405 in kvmem's error shape."""
     assert isinstance(exc, HTTPException)
     if exc.status_code == 405:
-        error: KvmemError = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+        error: KvmemError = MethodNotAllowed(
+            f"{request.method} is not allowed on {request.url.path}"
+        )
         return error_response(request, error, exc.headers)
     return error_response(request, NotFound(f"no route {request.method} {request.url.path}"))
 
@@ -197,7 +202,9 @@ async def render_client_gone(request: Request, exc: Exception) -> Response:
     """A client that left before its request was read: not a fault of kvmem's, so one INFO
     line and a 499 in the metrics (the answer goes nowhere)."""
     log.info("client gone before its request was read: %s %s", request.method, request.url.path)
-    return error_response(request, ClientGone("the client disconnected before the request was read"))
+    return error_response(
+        request, ClientGone("the client disconnected before the request was read")
+    )
 
 
 async def render_unexpected(request: Request, exc: Exception) -> Response:

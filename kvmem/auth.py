@@ -85,7 +85,9 @@ class Authenticator:
         if owner is None:
             raise Unauthorized("the API key is not valid (unknown or revoked)")
         if named is not None and check_user_id(named) != owner:
-            raise Forbidden("a user key acts only for its own user; drop X-User-Id or use a service key")
+            raise Forbidden(
+                "a user key acts only for its own user; drop X-User-Id or use a service key"
+            )
         return owner
 
     def _session_user(self, token: str, named: str | None, session_ok: bool) -> str:
@@ -95,7 +97,8 @@ class Authenticator:
             raise Unauthorized("the session token is not valid (unknown, ended or expired)")
         if not session_ok:
             raise Forbidden(
-                "a session token works only on " + ", ".join(SESSION_ROUTES)
+                "a session token works only on "
+                + ", ".join(SESSION_ROUTES)
                 + " and starts no model call (POST /memory/agent); use an API key for this route"
             )
         if named is not None and check_user_id(named) != owner:

@@ -134,7 +134,9 @@ def parse_json(raw: bytes) -> Any:
     except RecursionError as exc:
         raise BadRequest("the JSON body is nested too deeply") from exc
     except json.JSONDecodeError as exc:
-        raise BadRequest(f"malformed JSON body: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+        raise BadRequest(
+            f"malformed JSON body: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from exc
     except ValueError as exc:  # Python refuses to convert an integer of over 4,300 digits
         raise BadRequest(
             f"the JSON body holds an integer of more than {sys.get_int_max_str_digits()} digits"
@@ -143,7 +145,9 @@ def parse_json(raw: bytes) -> Any:
         try:  # pairs decode to real characters; a lone surrogate cannot be encoded
             json.dumps(data, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise BadRequest("the JSON body holds a lone surrogate escape (\\uD800-\\uDFFF)") from exc
+            raise BadRequest(
+                "the JSON body holds a lone surrogate escape (\\uD800-\\uDFFF)"
+            ) from exc
     return data
 
 

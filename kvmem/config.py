@@ -80,7 +80,7 @@ class ServerConfig(Section):
             if name != "*" and not _HOST_NAME.fullmatch(name):
                 raise ValueError(
                     f"{host!r} is not a host name: write a name or address alone, without a "
-                    "scheme or port (localhost, 127.0.0.1, [::1], kvmem.example.com), or \"*\""
+                    'scheme or port (localhost, 127.0.0.1, [::1], kvmem.example.com), or "*"'
                 )
             names.append(name)
         return names
@@ -330,5 +330,9 @@ class Config(Section):
     def inline_memory(self) -> bool:
         """Whether the main model writes memory itself (`memory.agent.placement: inline`)."""
         agent = self.memory.agent
-        return (not self.memory.disabled and agent is not None and agent.enabled
-                and agent.placement == "inline")
+        return (
+            not self.memory.disabled
+            and agent is not None
+            and agent.enabled
+            and agent.placement == "inline"
+        )

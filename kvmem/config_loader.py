@@ -110,13 +110,17 @@ def _drop_ignored(raw: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
         if name in Config.model_fields:
             data[name] = value
         else:
-            warnings.append(f"ignoring top-level section {name!r} (not used by kvmem)"
-                            + _did_you_mean(_near_misses(str(name), Config.model_fields)))
+            warnings.append(
+                f"ignoring top-level section {name!r} (not used by kvmem)"
+                + _did_you_mean(_near_misses(str(name), Config.model_fields))
+            )
     endpoints = data.get("endpoints")
     if isinstance(endpoints, dict):
         for name in [n for n in endpoints if n != "custom"]:
-            warnings.append(f"ignoring endpoints.{name} (kvmem reads only endpoints.custom)"
-                            + _did_you_mean(_near_misses(str(name), {"custom": "custom"})))
+            warnings.append(
+                f"ignoring endpoints.{name} (kvmem reads only endpoints.custom)"
+                + _did_you_mean(_near_misses(str(name), {"custom": "custom"}))
+            )
             del endpoints[name]
         custom = endpoints.get("custom")
         if isinstance(custom, list):
@@ -151,7 +155,9 @@ def _drop_custom_extras(
 
 
 def _refuse_agent_id(data: dict[str, Any], path: Path) -> None:
-    agent = (data.get("memory") or {}).get("agent") if isinstance(data.get("memory"), dict) else None
+    agent = (
+        (data.get("memory") or {}).get("agent") if isinstance(data.get("memory"), dict) else None
+    )
     if isinstance(agent, dict) and "id" in agent:
         raise ConfigError(
             f"{path}: memory.agent.id: LibreChat's predefined agents do not exist in kvmem; "

@@ -117,9 +117,7 @@ class ConversationStore:
     def __init__(self, database: Database) -> None:
         self.database = database
 
-    def list(
-        self, user_id: str, limit: int = 50, before: str | None = None
-    ) -> ConversationPage:
+    def list(self, user_id: str, limit: int = 50, before: str | None = None) -> ConversationPage:
         """The user's conversations, most recently updated first, `limit` at a time after the
         `before` cursor (a page's `next`); each message count is read by the conversation's
         index, so the cost is that of the page, not of the table."""
@@ -147,7 +145,9 @@ class ConversationStore:
             conversations=tuple(infos), next=_cursor(infos[-1]) if more else None
         )
 
-    def get(self, user_id: str, conversation_id: str) -> tuple[ConversationInfo, builtins.list[ChatMessage]]:
+    def get(
+        self, user_id: str, conversation_id: str
+    ) -> tuple[ConversationInfo, builtins.list[ChatMessage]]:
         """A conversation and all its messages; `NotFound` if it is not this user's."""
         with self.database.reading() as session:
             row = self._owned(session, user_id, conversation_id)
@@ -161,7 +161,9 @@ class ConversationStore:
             ]
         return _info(row, len(messages)), messages
 
-    def recent(self, user_id: str, conversation_id: str, count: int) -> builtins.list[ChatMessage]:  # `list` here is the method
+    def recent(
+        self, user_id: str, conversation_id: str, count: int
+    ) -> builtins.list[ChatMessage]:  # `list` here is the method
         """The last `count` messages, oldest first; `NotFound` if the conversation is not owned."""
         with self.database.reading() as session:
             self._owned(session, user_id, conversation_id)
@@ -176,7 +178,13 @@ class ConversationStore:
         return [ChatMessage(m.role, m.content, m.created_at) for m in reversed(rows)]
 
     def record_turn(
-        self, user_id: str, conversation_id: str, user_text: str, reply: str, *, new: bool,
+        self,
+        user_id: str,
+        conversation_id: str,
+        user_text: str,
+        reply: str,
+        *,
+        new: bool,
         began: datetime | None = None,
     ) -> bool:
         """Store a finished turn (creating the conversation when `new`).
@@ -205,10 +213,14 @@ class ConversationStore:
                     return False
                 row.updated_at = now
             session.add(
-                Message(conversation_id=conversation_id, role="user", content=user_text, created_at=now)
+                Message(
+                    conversation_id=conversation_id, role="user", content=user_text, created_at=now
+                )
             )
             session.add(
-                Message(conversation_id=conversation_id, role="assistant", content=reply, created_at=now)
+                Message(
+                    conversation_id=conversation_id, role="assistant", content=reply, created_at=now
+                )
             )
         return True
 
@@ -222,7 +234,11 @@ class ConversationStore:
     @staticmethod
     def _owned(session: Any, user_id: str, conversation_id: str) -> Conversation:
         # Ids are UUIDs; anything else cannot exist (and may not even be storable text).
-        row = session.get(Conversation, conversation_id) if is_conversation_id(conversation_id) else None
+        row = (
+            session.get(Conversation, conversation_id)
+            if is_conversation_id(conversation_id)
+            else None
+        )
         if row is None or row.user_id != user_id:
             # Another user's conversation is answered exactly like a missing one.
             raise NotFound(f"no conversation with id {conversation_id!r}")

@@ -210,7 +210,11 @@ class Database:
     def writing_connection(self) -> Iterator[Connection]:
         """A write transaction as `writing`, on a bare connection: no ORM session around it,
         for the hottest write path (`MemoryStore.set`), whose statements are all Core."""
-        with self._writer_turn(), self._translate_errors(), self._write_engine.begin() as connection:
+        with (
+            self._writer_turn(),
+            self._translate_errors(),
+            self._write_engine.begin() as connection,
+        ):
             yield connection
 
     @contextmanager
@@ -275,9 +279,12 @@ class Database:
                 if connection.execute(_PG_LOCK_USER, {"id": user_id}).first() is not None:
                     return
             raise StoreUnavailable(f"could not lock user {user_id!r}: it keeps being erased")
-        elif connection.execute(
-            select(User.id).where(User.id == user_id).with_for_update(), {}
-        ).first() is None:
+        elif (
+            connection.execute(
+                select(User.id).where(User.id == user_id).with_for_update(), {}
+            ).first()
+            is None
+        ):
             connection.execute(insert(User).values(values), {})
 
     @contextmanager
@@ -334,4 +341,3 @@ class Database:
     def dispose(self) -> None:
         """Close every pooled connection."""
         self.engine.dispose()
-

@@ -196,8 +196,12 @@ class DirectClient(UpstreamClient):
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         headers.update(target.headers_for(user_id))
-        api_base = (target.api_base or os.environ.get("OPENAI_BASE_URL")
-                    or os.environ.get("OPENAI_API_BASE") or OPENAI_BASE)
+        api_base = (
+            target.api_base
+            or os.environ.get("OPENAI_BASE_URL")
+            or os.environ.get("OPENAI_API_BASE")
+            or OPENAI_BASE
+        )
         route = self._route(api_base)
         if route.basic_auth is not None:  # as httpx: the URL's user:password wins
             headers["Authorization"] = route.basic_auth

@@ -117,8 +117,12 @@ class DriverConnection:
             return DriverResult([], cursor.rowcount, cursor.lastrowid)
         make, results = compiled.row, compiled.results
         rows = [
-            make(*(process(value) if process else value
-                   for process, value in zip(results, row, strict=True)))
+            make(
+                *(
+                    process(value) if process else value
+                    for process, value in zip(results, row, strict=True)
+                )
+            )
             for row in raw
         ]
         return DriverResult(rows, -1, None)

@@ -39,6 +39,7 @@ def user_hash(user_id: str) -> str:
     """What the fence keeps of an erased user: the sha256 of the id, in hex."""
     return hashlib.sha256(user_id.encode("utf-8")).hexdigest()
 
+
 # What `DELETE /me` reports, by table.
 REPORTED = {
     "memory_entries": "memories",
@@ -121,8 +122,9 @@ def erasure_times(connection: Connection, user_ids: Iterable[str]) -> dict[str, 
     """When each of these users was last erased (those erased within `FENCE_KEPT`)."""
     hashes = {user_hash(user_id): user_id for user_id in user_ids}
     rows = connection.execute(
-        select(UserErasure.user_hash, UserErasure.erased_at)
-        .where(UserErasure.user_hash.in_(list(hashes)))
+        select(UserErasure.user_hash, UserErasure.erased_at).where(
+            UserErasure.user_hash.in_(list(hashes))
+        )
     )
     return {hashes[fenced]: erased_at for fenced, erased_at in rows}
 

@@ -151,24 +151,33 @@ def evaluation_text(
     ]
     header = ("category", "passed", "failed", "model calls", "tokens", "cost USD", "p50 latency")
     rows = [
-        (name, str(t.passed), str(t.failed), str(t.model_calls),
-         str(t.input_tokens + t.output_tokens), _cost_text(t.cost_usd),
-         _latency_text(t.p50_latency_ms))
+        (
+            name,
+            str(t.passed),
+            str(t.failed),
+            str(t.model_calls),
+            str(t.input_tokens + t.output_tokens),
+            _cost_text(t.cost_usd),
+            _latency_text(t.p50_latency_ms),
+        )
         for name, t in [*_by_category(results).items(), ("all", _total(results))]
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
-        lines.append("  ".join(
-            cell.ljust(width) if i == 0 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ).rstrip())
+        lines.append(
+            "  ".join(
+                cell.ljust(width) if i == 0 else cell.rjust(width)
+                for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+            ).rstrip()
+        )
     total = _total(results)
     runs = total.passed + total.failed
     lines += ["", f"pass rate: {total.pass_rate * 100:.1f} % ({total.passed} of {runs} runs)"]
     languages = sorted(tally(results, lambda r: r.scenario.language or "-").items())
-    lines.append("by language: " + ", ".join(
-        f"{name} {t.passed}/{t.passed + t.failed}" for name, t in languages
-    ))
+    lines.append(
+        "by language: "
+        + ", ".join(f"{name} {t.passed}/{t.passed + t.failed}" for name, t in languages)
+    )
     if repeat > 1:
         outcomes: dict[str, set[bool]] = {}
         for result in results:
@@ -195,7 +204,8 @@ def _failure_lines(result: ScenarioResult, repeat: int) -> list[str]:
         *[f"    wrong: {problem}" for problem in result.problems],
     ]
     done = [
-        f"set {u.key} = {json.dumps(u.value, ensure_ascii=False)}" if u.op == "set"
+        f"set {u.key} = {json.dumps(u.value, ensure_ascii=False)}"
+        if u.op == "set"
         else f"delete {u.key}"
         for u in result.operations
     ]
@@ -279,7 +289,8 @@ class GateSummary:
             f"({sum(r.opens for r in requests)} of {len(requests)} scenarios that expect a write)",
             f"skip rate on chit-chat: {self.skip_rate * 100:.1f} % "
             f"({sum(not r.opens for r in chat)} of {len(chat)} chit_chat scenarios)",
-            "opens the gate, per category: " + ", ".join(
+            "opens the gate, per category: "
+            + ", ".join(
                 f"{name} {counts['opens']}/{counts['opens'] + counts['skips']}"
                 for name, counts in self.as_json()["categories"].items()
             ),

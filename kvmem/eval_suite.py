@@ -26,10 +26,24 @@ from kvmem.config import KEY_PATTERN, RESERVED_KEYS, reserved_keys_text
 from kvmem.errors import SuiteError
 
 CATEGORIES: tuple[str, ...] = (
-    "remember", "update", "forget", "chit_chat", "implicit", "language", "injection", "routing",
+    "remember",
+    "update",
+    "forget",
+    "chit_chat",
+    "implicit",
+    "language",
+    "injection",
+    "routing",
 )
 Category = Literal[
-    "remember", "update", "forget", "chit_chat", "implicit", "language", "injection", "routing",
+    "remember",
+    "update",
+    "forget",
+    "chit_chat",
+    "implicit",
+    "language",
+    "injection",
+    "routing",
 ]
 BUILTIN_SUITE = "built-in"
 
@@ -136,8 +150,11 @@ class Scenario(BaseModel):
             )
         if self.valid_keys:
             allowed = set(self.valid_keys)
-            for field, keys in (("memory", self.memory), ("expect.set", self.expect.set),
-                                ("expect.deleted", self.expect.deleted)):
+            for field, keys in (
+                ("memory", self.memory),
+                ("expect.set", self.expect.set),
+                ("expect.deleted", self.expect.deleted),
+            ):
                 outside = [key for key in keys if key not in allowed]
                 if outside:
                     raise ValueError(f"{field}: {', '.join(outside)} not among valid_keys")

@@ -57,9 +57,7 @@ MAX_ANSWER_CHARS = 2000  # of a model's text answer, kept for the report
 DEADLINE_MARGIN_SECONDS = 5.0
 
 
-def eval_config(
-    config: Config, model: str | None = None, placement: str | None = None
-) -> Config:
+def eval_config(config: Config, model: str | None = None, placement: str | None = None) -> Config:
     """The config an evaluation runs the agent with: the operator's, with the agent on for
     every message, `placement` (`separate` or `inline`) instead of `memory.agent`'s when
     given, and `model` (`PROVIDER/MODEL`) instead of the agent's (inline: the main model's,
@@ -115,11 +113,15 @@ class AnswerLog(ModelClient):
         message = ((response.get("choices") or [{}])[0]).get("message") or {}
         calls = message.get("tool_calls") or []
         if calls:
-            answer: dict[str, Any] = {"tool_calls": [
-                {"name": (c.get("function") or {}).get("name"),
-                 "arguments": (c.get("function") or {}).get("arguments")}
-                for c in calls
-            ]}
+            answer: dict[str, Any] = {
+                "tool_calls": [
+                    {
+                        "name": (c.get("function") or {}).get("name"),
+                        "arguments": (c.get("function") or {}).get("arguments"),
+                    }
+                    for c in calls
+                ]
+            }
         else:
             answer = {"content": (message.get("content") or "")[:MAX_ANSWER_CHARS]}
         self.answers[user_id].append(answer)
@@ -208,7 +210,9 @@ class Evaluation:
         try:
             config = scenario_config(self.config, scenario)
             store = MemoryStore(
-                database, MemoryRules.from_config(config.memory), self.tokens,
+                database,
+                MemoryRules.from_config(config.memory),
+                self.tokens,
                 keep_days=config.memory.history.keep_days,
             )
             user_id = f"eval-{number}"
@@ -222,8 +226,7 @@ class Evaluation:
                     service, client, user_id, scenario
                 )
             else:
-                deadline = (started + self.target.timeout * MAX_MODEL_CALLS
-                            + DEADLINE_MARGIN_SECONDS)
+                deadline = started + self.target.timeout * MAX_MODEL_CALLS + DEADLINE_MARGIN_SECONDS
                 agent_run = await service.start_agent(user_id, user_id, window, deadline)
                 if agent_run.task is not None:
                     await asyncio.wait({agent_run.task})
@@ -270,7 +273,9 @@ class Evaluation:
         when it ends. The run, the call's usage (calls, tokens in, tokens out), and why the
         call failed (None when it answered)."""
         call = await MainCall.start(
-            service, client, user_id,
+            service,
+            client,
+            user_id,
             [{"role": m.role, "content": m.content} for m in scenario.messages],
             conversation_id=user_id,
         )
@@ -279,9 +284,11 @@ class Evaluation:
         except KvmemError as exc:
             return call.memory.run, (1, 0, 0), exc.message
         usage = response.get("usage") or {}
-        return call.memory.run, (
-            1, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-        ), None
+        return (
+            call.memory.run,
+            (1, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
+            None,
+        )
 
     def _seed(self, store: MemoryStore, user_id: str, scenario: Scenario) -> None:
         """Write the scenario's memory before the run, under the run's rules."""

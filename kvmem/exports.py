@@ -56,7 +56,5 @@ def read_document(data: Any) -> list[tuple[str, str]]:
     try:
         document = MemoryDocument.model_validate(data)
     except ValidationError as exc:
-        raise BadRequest(
-            f"invalid memory document: {describe_problems(exc, 'document')}"
-        ) from exc
+        raise BadRequest(f"invalid memory document: {describe_problems(exc, 'document')}") from exc
     return [(entry.key, entry.value) for entry in document.memories]

@@ -161,8 +161,7 @@ class ChangeLog:
             return
         now = utcnow()
         rows = [
-            {"conversation_id": None, **change, "user_id": user_id, "at": now}
-            for change in changes
+            {"conversation_id": None, **change, "user_id": user_id, "at": now} for change in changes
         ]
         session.execute(_INSERT, rows)
 
@@ -243,9 +242,7 @@ class ChangeLog:
         """The kept change `change_id` if it is this user's and this key's, else None."""
         if not 1 <= change_id <= MAX_CHANGE_ID:
             return None
-        row = session.execute(
-            self._query(user_id, key).where(MemoryChange.id == change_id)
-        ).first()
+        row = session.execute(self._query(user_id, key).where(MemoryChange.id == change_id)).first()
         return Change(*row) if row else None
 
     def clear(self, session: Session | Connection, user_id: str) -> int:

@@ -64,8 +64,9 @@ class HeadDeadlines:
     A connection notes when it started waiting for a head (`_head_since`, a float per
     request); only this sweep holds a timer, so a request costs no timer of its own."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, connections: set[Any],
-                 timeout: float) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, connections: set[Any], timeout: float
+    ) -> None:
         self.loop = loop
         self.connections = connections  # uvicorn's live protocols of this server
         self.timeout = timeout
@@ -148,9 +149,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             # like a head: bound them by what is left of the head's allowance.
             self._trailer_bytes += len(data)
             if self._head_size + self._trailer_bytes > self.max_header_bytes:
-                self._refuse(HeadersTooLarge(
-                    f"the request line, headers and trailers are over the limit of "
-                    f"{self.max_header_bytes} bytes"))
+                self._refuse(
+                    HeadersTooLarge(
+                        f"the request line, headers and trailers are over the limit of "
+                        f"{self.max_header_bytes} bytes"
+                    )
+                )
             return
         if not was_reading_head or self._head_ended_now:
             return
@@ -173,8 +177,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # CRLF: "METHOD URL HTTP/1.1\r\n" is 12 bytes more than the method and URL, a header
         # line 4 more than its name and value (summed in C: no generator per request).
         headers = self.headers
-        size = (len(self.parser.get_method()) + len(self.url) + 12 + 4 * len(headers)
-                + sum(map(len, chain.from_iterable(headers))))
+        size = (
+            len(self.parser.get_method())
+            + len(self.url)
+            + 12
+            + 4 * len(headers)
+            + sum(map(len, chain.from_iterable(headers)))
+        )
         self._head_bytes = 0
         self._head_size = size
         if size > self.max_header_bytes:
@@ -260,7 +269,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         path = getattr(self, "url", b"").decode("latin-1")
         body = json.dumps(error_body(path, error), separators=(",", ":")).encode()
         head = [b"HTTP/1.1 %d %s\r\n" % (error.status, REASONS.get(error.status, b""))]
-        head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
+        head += [
+            name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers
+        ]
         head += [
             b"content-type: application/json\r\n",
             b"x-content-type-options: nosniff\r\n",
@@ -288,19 +299,26 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing() or self._discarding:
             return
         if self._phase == "head":
-            self._refuse(RequestTimeout(
-                f"the request line and headers did not arrive within "
-                f"{self.header_timeout_seconds:g} s (server.header_timeout_seconds)"))
+            self._refuse(
+                RequestTimeout(
+                    f"the request line and headers did not arrive within "
+                    f"{self.header_timeout_seconds:g} s (server.header_timeout_seconds)"
+                )
+            )
         else:  # nothing of a request came (or only the rest of one already answered)
             self.transport.close()
 
 
 def http_protocol(server: ServerConfig) -> type[BoundedHttpToolsProtocol]:
     """The protocol class to give uvicorn (`http=`), with the bounds of `server`."""
-    return type("KvmemHttpProtocol", (BoundedHttpToolsProtocol,), {
-        "max_header_bytes": server.max_header_bytes,
-        "header_timeout_seconds": server.header_timeout_seconds,
-    })
+    return type(
+        "KvmemHttpProtocol",
+        (BoundedHttpToolsProtocol,),
+        {
+            "max_header_bytes": server.max_header_bytes,
+            "header_timeout_seconds": server.header_timeout_seconds,
+        },
+    )
 
 
 def uvicorn_options(server: ServerConfig) -> dict[str, Any]:

@@ -72,4 +72,10 @@ def import_change(
     key: str, op: str, old_value: str | None, new_value: str | None
 ) -> dict[str, Any]:
     """One change an import makes, as `ChangeLog.record_many` takes it."""
-    return {"key": key, "op": op, "old_value": old_value, "new_value": new_value, "source": "import"}
+    return {
+        "key": key,
+        "op": op,
+        "old_value": old_value,
+        "new_value": new_value,
+        "source": "import",
+    }

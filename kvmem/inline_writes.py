@@ -27,8 +27,14 @@ async def write_markers(
         run, user_id, markers[:MAX_TOOL_CALLS], functools.partial(_write_marker, writer)
     )
     for marker in markers[MAX_TOOL_CALLS:]:
-        run.record(MemoryUpdate(marker.op, marker.key, marker.value,
-                                error=f"not applied: at most {MAX_TOOL_CALLS} markers per reply"))
+        run.record(
+            MemoryUpdate(
+                marker.op,
+                marker.key,
+                marker.value,
+                error=f"not applied: at most {MAX_TOOL_CALLS} markers per reply",
+            )
+        )
 
 
 async def _write_marker(
@@ -36,8 +42,11 @@ async def _write_marker(
 ) -> tuple[str, bool]:
     """Apply one marker as the matching tool call would be; a refused one is reported in
     `updates` with its error."""
-    result, ok = ((marker.error, False) if marker.error is not None
-                  else await writer.write(run, user_id, marker.key, marker.value))
+    result, ok = (
+        (marker.error, False)
+        if marker.error is not None
+        else await writer.write(run, user_id, marker.key, marker.value)
+    )
     if not ok:
         run.record(MemoryUpdate(marker.op, marker.key, marker.value, error=result))
     return result, ok

@@ -112,7 +112,8 @@ PATTERNS: dict[str, tuple[str, ...]] = {
         r"\bтеперь (?:я )?(?:живу|работаю)\b",
     ),
     "it": (
-        _ROMANCE_START + r"(?:per favore,?\s+|ti prego,?\s+)?(?:ricorda|ricordatelo|memorizza|annota|segna|dimentica|scorda)\b(?!\s+(?:quando|come|cosa|dove|chi|se\b))",
+        _ROMANCE_START
+        + r"(?:per favore,?\s+|ti prego,?\s+)?(?:ricorda|ricordatelo|memorizza|annota|segna|dimentica|scorda)\b(?!\s+(?:quando|come|cosa|dove|chi|se\b))",
         r"\b(?:ricordati|ricordatevi|segnati|annotati|memorizza|scordati|dimenticati|dimenticatelo)\b(?!\s+(?:quando|come|cosa|dove|chi|se\b))",
         r"\bprendi nota\b",
         r"\bricorda(?:lo|la|li|le|telo|tela)\b",
@@ -141,7 +142,8 @@ PATTERNS: dict[str, tuple[str, ...]] = {
         r"\bnon (?:mi )?(?:proporre|suggerire|consigliare|chiamare)\b[^.?!]{0,40}\bpiu\b",
     ),
     "es": (
-        _ROMANCE_START + r"(?:por favor,?\s+)?(?:recuerda|memoriza|apunta|anota|olvida|olvidate)\b(?!\s+(?:cuando|como|que paso|donde|quien|si\b))",
+        _ROMANCE_START
+        + r"(?:por favor,?\s+)?(?:recuerda|memoriza|apunta|anota|olvida|olvidate)\b(?!\s+(?:cuando|como|que paso|donde|quien|si\b))",
         r"\b(?:acuerdate|acordate|apuntate|anotate)\b",
         r"\bno (?:olvides|te olvides)\b",
         r"\bque no se te olvide\b",
@@ -171,7 +173,8 @@ PATTERNS: dict[str, tuple[str, ...]] = {
     ),
     "fr": (
         r"\b(?:souviens-toi|souvenez-vous|rappelle-toi|rappelez-vous)\b(?!\s+(?:quand|comment|de quand)\b)",
-        _ROMANCE_START + r"(?:s'il te plait,?\s+|stp,?\s+)?(?:retiens|retenez|memorise|memorisez|oublie|oubliez)\b",
+        _ROMANCE_START
+        + r"(?:s'il te plait,?\s+|stp,?\s+)?(?:retiens|retenez|memorise|memorisez|oublie|oubliez)\b",
         r"\bnote(?:z)?\s+(?:que|bien|:)",
         r"\b(?:peux|pourrais|pouvez|pourriez|dois|veux que tu|voudrais que tu)(?:-tu|-vous)?\s+(?:oublier|effacer|supprimer|enregistrer|noter|memoriser|mettre a jour)\b",
         r"\bque tu (?:oublies|effaces|supprimes|retiennes|notes|enregistres|memorises)\b",
@@ -237,7 +240,8 @@ PATTERNS: dict[str, tuple[str, ...]] = {
     ),
     "pt": (
         r"\b(?:lembre-se|lembra-te|se lembre|lembre que|lembre de que)\b",
-        _ROMANCE_START + r"(?:por favor,?\s+)?(?:lembra|lembre|memorize|memoriza|anote|anota|esqueca|esquece)\b(?!\s+(?:quando|de quando|o que|como|onde|qual|quem|se\b))",
+        _ROMANCE_START
+        + r"(?:por favor,?\s+)?(?:lembra|lembre|memorize|memoriza|anote|anota|esqueca|esquece)\b(?!\s+(?:quando|de quando|o que|como|onde|qual|quem|se\b))",
         r"\bnao (?:se )?(?:esqueca|esquece|esquecer)\b",
         r"\b(?:guard[ae]|salv[ae]|grav[ae])\b(?: (?:ai|isso|isto|ai que))?\s*(?:que|:|meu|minha|meus|minhas)",
         r"\b(?:guard[ae]|salv[ae]|grav[ae]|coloque|coloca|adicione|adiciona)\b[^.?!]{0,30}\bna (?:sua |tua )?memoria\b",

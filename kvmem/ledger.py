@@ -57,18 +57,20 @@ class Ledger:
         not after a database write."""
         if self.usage is None:
             return
-        self._records.add(RunUsage(
-            user_id=user_id,
-            conversation_id=conversation_id,
-            started_at=run.started_at,
-            duration_seconds=duration,
-            model_calls=run.model_calls,
-            input_tokens=run.input_tokens,
-            output_tokens=run.output_tokens,
-            cost_usd=self.cost(run),
-            state=run.state,
-            writes=sum(not update.pending for update in run.updates),
-        ))
+        self._records.add(
+            RunUsage(
+                user_id=user_id,
+                conversation_id=conversation_id,
+                started_at=run.started_at,
+                duration_seconds=duration,
+                model_calls=run.model_calls,
+                input_tokens=run.input_tokens,
+                output_tokens=run.output_tokens,
+                cost_usd=self.cost(run),
+                state=run.state,
+                writes=sum(not update.pending for update in run.updates),
+            )
+        )
 
     def cost(self, run: AgentRun) -> float | None:
         """The run's cost in USD from litellm's price map; None when the model has no price."""
@@ -81,8 +83,9 @@ class Ledger:
         (by every replica) and those of this process not written yet (from any thread)."""
         assert self.usage is not None
         now = utcnow()
-        return (self.usage.tokens_today(user_id, now)
-                + self._records.unwritten_tokens(user_id, day_start(now)))
+        return self.usage.tokens_today(user_id, now) + self._records.unwritten_tokens(
+            user_id, day_start(now)
+        )
 
     def is_over_budget(self, user_id: str) -> bool:
         """Whether the user's runs of today reached `daily_token_budget`, so that they may not
@@ -104,8 +107,12 @@ class Ledger:
     def _records_lost(self, runs: Sequence[RunUsage], exc: Exception) -> None:
         """A lost record is logged and counted, never the chat's problem."""
         for usage in runs:
-            log.warning("agent run usage not recorded: user=%s conversation=%s: %s",
-                        usage.user_id, usage.conversation_id, exc)
+            log.warning(
+                "agent run usage not recorded: user=%s conversation=%s: %s",
+                usage.user_id,
+                usage.conversation_id,
+                exc,
+            )
             self.metrics.error("usage_record_failed")
 
 

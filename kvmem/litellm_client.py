@@ -200,7 +200,9 @@ def translate(exc: BaseException, target: Target, scrubber: SecretScrubber) -> K
             f"the model is rate limited: {message}", retry_after=_retry_after(exc)
         )
     # A connection error carries litellm's stand-in 500, not anything the upstream sent.
-    status = None if isinstance(exc, litellm.APIConnectionError) else getattr(exc, "status_code", None)
+    status = (
+        None if isinstance(exc, litellm.APIConnectionError) else getattr(exc, "status_code", None)
+    )
     if status in CLIENT_FAULTS:
         upstream = _upstream_error_object(exc, scrub)
         reason = upstream.get("message") if upstream else None

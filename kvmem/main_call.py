@@ -60,7 +60,8 @@ class MainCall:
         self._ended = False
         self._markers = (
             MarkerFilter(marker_limit(memory_service.config.memory.char_limit))
-            if memory.inline else None
+            if memory.inline
+            else None
         )
 
     @classmethod
@@ -92,8 +93,9 @@ class MainCall:
             chat_lines(messages) if window is None else window,
             temporary=temporary,
         )
-        return cls(memory_service, client, memory, target, inject(messages, memory.block),
-                   user_id, params)
+        return cls(
+            memory_service, client, memory, target, inject(messages, memory.block), user_id, params
+        )
 
     async def complete(self) -> dict[str, Any]:
         """The whole answer (an OpenAI `chat.completion` dict); the call has ended on return,
@@ -143,8 +145,9 @@ class MainCall:
         if not self._ended:
             self._ended = True
             if self._markers is not None:
-                self._memory_service.apply_markers(self.memory, self._user_id,
-                                                   self._markers.markers)
+                self._memory_service.apply_markers(
+                    self.memory, self._user_id, self._markers.markers
+                )
             self._memory_service.main_ended(self.memory)
 
     async def close(self) -> None:
@@ -254,8 +257,10 @@ async def _strip_streamed(
         rest = markers.finish()  # the stream ended without a finish_reason, or went on after it
         if rest and last is not None:
             choice = last["choices"][0]
-            yield {**last, "choices": [{**choice, "delta": {"content": rest},
-                                        "finish_reason": None}]}
+            yield {
+                **last,
+                "choices": [{**choice, "delta": {"content": rest}, "finish_reason": None}],
+            }
     finally:
         await chunks.aclose()  # type: ignore[attr-defined]
 
@@ -269,8 +274,10 @@ def message_text(content: Any) -> str:
         return "\n".join(
             part["text"]
             for part in content
-            if isinstance(part, dict) and part.get("type") == "text"
-            and isinstance(part.get("text"), str) and part["text"]
+            if isinstance(part, dict)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+            and part["text"]
         )
     return ""
 

@@ -105,10 +105,14 @@ class McpEndpoint:
         if request.method != "POST":
             # Stateless: no session to end (DELETE) and no server-sent stream to open (GET),
             # which the transport answers with 405 too.
-            raise MethodNotAllowed(f"{request.method} is not allowed on /mcp: send JSON-RPC by POST")
+            raise MethodNotAllowed(
+                f"{request.method} is not allowed on /mcp: send JSON-RPC by POST"
+            )
         content_type = request.headers.get("content-type", "")
         if not content_type.lower().startswith("application/json"):
-            raise BadRequest("POST /mcp takes a JSON-RPC message: send Content-Type: application/json")
+            raise BadRequest(
+                "POST /mcp takes a JSON-RPC message: send Content-Type: application/json"
+            )
         user = await user_of(request)
         transport: McpTransport = scope["state"][self.state_key]
         # Read here, within server.max_body_bytes, so that an oversized body gets kvmem's
@@ -132,4 +136,3 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replayed
-

@@ -86,8 +86,12 @@ class HistoryArguments(ToolArguments):
     call again with `before` set to the `next` of the previous answer."""
 
     key: str | None = Field(None, description=f"{KEY_DESCRIPTION} Leave out for all keys.")
-    limit: int = Field(DEFAULT_HISTORY_LIMIT, ge=1, le=MAX_HISTORY_LIMIT,
-                       description="How many changes to return at most.")
+    limit: int = Field(
+        DEFAULT_HISTORY_LIMIT,
+        ge=1,
+        le=MAX_HISTORY_LIMIT,
+        description="How many changes to return at most.",
+    )
     before: int | None = Field(None, ge=1, description="Only changes with a smaller id.")
 
 
@@ -287,7 +291,9 @@ class MemoryMcp:
             context = await self.services.memory.context(user)
         except KvmemError as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from exc
-        contents = types.TextResourceContents(uri=BLOCK_URI, text=context.block, mime_type="text/plain")
+        contents = types.TextResourceContents(
+            uri=BLOCK_URI, text=context.block, mime_type="text/plain"
+        )
         return types.ReadResourceResult(contents=[contents])
 
 

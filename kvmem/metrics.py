@@ -52,37 +52,53 @@ class Metrics:
         self._prefixes_lock = threading.Lock()
         registry = self.registry
         self.http_requests = Counter(
-            "kvmem_http_requests", "HTTP requests answered, by route template, method and status.",
-            ["route", "method", "status"], registry=registry,
+            "kvmem_http_requests",
+            "HTTP requests answered, by route template, method and status.",
+            ["route", "method", "status"],
+            registry=registry,
         )
         self.http_duration = Histogram(
             "kvmem_http_request_duration_seconds",
             "Time from a request's arrival until its response ended (streams included).",
-            ["route"], buckets=BUCKETS, registry=registry,
+            ["route"],
+            buckets=BUCKETS,
+            registry=registry,
         )
         self.upstream_duration = Histogram(
             "kvmem_upstream_duration_seconds",
             "Duration of model calls: main (the chat) or agent (the memory agent).",
-            ["kind"], buckets=BUCKETS, registry=registry,
+            ["kind"],
+            buckets=BUCKETS,
+            registry=registry,
         )
         self.agent_runs = Counter(
-            "kvmem_agent_runs", "Chat requests by the memory agent's final state.",
-            ["state"], registry=registry,
+            "kvmem_agent_runs",
+            "Chat requests by the memory agent's final state.",
+            ["state"],
+            registry=registry,
         )
         self.agent_tokens = Counter(
-            "kvmem_agent_tokens", "Tokens the memory agent's model calls used (input or output).",
-            ["direction"], registry=registry,
+            "kvmem_agent_tokens",
+            "Tokens the memory agent's model calls used (input or output).",
+            ["direction"],
+            registry=registry,
         )
         self.memory_writes = Counter(
-            "kvmem_memory_writes", "Memory writes made by this process, by source and operation.",
-            ["source", "op"], registry=registry,
+            "kvmem_memory_writes",
+            "Memory writes made by this process, by source and operation.",
+            ["source", "op"],
+            registry=registry,
         )
         self.errors = Counter(
-            "kvmem_errors", "Errors by code: error responses, agent failures, lost usage records.",
-            ["code"], registry=registry,
+            "kvmem_errors",
+            "Errors by code: error responses, agent failures, lost usage records.",
+            ["code"],
+            registry=registry,
         )
         self.agent_in_flight = Gauge(
-            "kvmem_agent_runs_in_flight", "Memory agent runs working now.", registry=registry,
+            "kvmem_agent_runs_in_flight",
+            "Memory agent runs working now.",
+            registry=registry,
         )
 
     def render(self) -> bytes:

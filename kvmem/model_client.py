@@ -155,7 +155,8 @@ class ModelClient:
         """The client for `config`: its secrets scrubbed, its pool size; litellm imported
         now when a configured model needs it (so the first request does not wait for it)."""
         client = cls(
-            SecretScrubber.from_config(config), on_call,
+            SecretScrubber.from_config(config),
+            on_call,
             max_connections=config.chat.max_connections,
         )
         if uses_litellm(config):

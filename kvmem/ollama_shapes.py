@@ -253,14 +253,18 @@ def chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             for number, call in enumerate(message.tool_calls):
                 call_id = f"call_{index}_{number}"
                 arguments = call.function.arguments
-                calls.append({
-                    "id": call_id,
-                    "type": "function",
-                    "function": {
-                        "name": call.function.name,
-                        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-                    },
-                })
+                calls.append(
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {
+                            "name": call.function.name,
+                            "arguments": arguments
+                            if isinstance(arguments, str)
+                            else json.dumps(arguments),
+                        },
+                    }
+                )
                 pending.append((call_id, call.function.name))
             converted.append({"role": "assistant", "content": text or None, "tool_calls": calls})
         elif message.role == "tool":
@@ -391,12 +395,17 @@ class ToolCallParts:
             fragment = an_object(fragment, "a streamed tool call")
             index = fragment.get("index", 0)
             if not isinstance(index, int):
-                raise UpstreamError("the model call failed: a streamed tool call's index is "
-                                    "not an integer (a malformed response)", upstream_status=200)
+                raise UpstreamError(
+                    "the model call failed: a streamed tool call's index is "
+                    "not an integer (a malformed response)",
+                    upstream_status=200,
+                )
             call = self.calls.setdefault(index, {"name": "", "arguments": ""})
             function = an_object(fragment.get("function"), "a streamed tool call's function")
             call["name"] += a_string(function.get("name"), "a tool call's name") or ""
-            call["arguments"] += a_string(function.get("arguments"), "a tool call's arguments") or ""
+            call["arguments"] += (
+                a_string(function.get("arguments"), "a tool call's arguments") or ""
+            )
 
     def whole(self) -> list[dict[str, Any]]:
         """The calls, in Ollama's shape."""
@@ -412,8 +421,9 @@ class Reply:
     model: str
     started: int
 
-    def part(self, text: str, tool_calls: list[dict[str, Any]] | None = None, *,
-             done: bool = False) -> dict[str, Any]:
+    def part(
+        self, text: str, tool_calls: list[dict[str, Any]] | None = None, *, done: bool = False
+    ) -> dict[str, Any]:
         """A reply object holding `text` (and, for chat, tool calls)."""
         value: dict[str, Any] = {"model": self.model, "created_at": timestamp()}
         if self.kind == "chat":
@@ -426,13 +436,21 @@ class Reply:
         value["done"] = done
         return value
 
-    def last(self, text: str, finish_reason: str | None, usage: dict[str, Any] | None,
-             tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def last(
+        self,
+        text: str,
+        finish_reason: str | None,
+        usage: dict[str, Any] | None,
+        tool_calls: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         """The closing object: `done`, `done_reason` and the counts that are known."""
         value = self.part(text, tool_calls, done=True)
         value["done_reason"] = done_reason(finish_reason)
         value["total_duration"] = time.monotonic_ns() - self.started
-        prompt, completion = (usage or {}).get("prompt_tokens"), (usage or {}).get("completion_tokens")
+        prompt, completion = (
+            (usage or {}).get("prompt_tokens"),
+            (usage or {}).get("completion_tokens"),
+        )
         # Without the upstream's usage litellm reports zeros, which are not counts.
         if isinstance(prompt, int) and isinstance(completion, int) and prompt + completion > 0:
             value["prompt_eval_count"] = prompt
@@ -453,13 +471,21 @@ class Reply:
         message = choice["message"]
         calls = []
         for call in an_array(message.get("tool_calls"), "the message's tool_calls"):
-            function = an_object(an_object(call, "a tool call").get("function"),
-                                 "a tool call's function")
-            calls.append(tool_call(a_string(function.get("name"), "a tool call's name") or "",
-                                   function.get("arguments")))
-        return self.last(a_string(message.get("content"), "the message's content") or "",
-                         a_string(choice.get("finish_reason"), "finish_reason"),
-                         usage_of(completion), calls)
+            function = an_object(
+                an_object(call, "a tool call").get("function"), "a tool call's function"
+            )
+            calls.append(
+                tool_call(
+                    a_string(function.get("name"), "a tool call's name") or "",
+                    function.get("arguments"),
+                )
+            )
+        return self.last(
+            a_string(message.get("content"), "the message's content") or "",
+            a_string(choice.get("finish_reason"), "finish_reason"),
+            usage_of(completion),
+            calls,
+        )
 
     async def lines(self, chunks: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[str, None]:
         """Streamed OpenAI chunks as NDJSON lines: each piece of text as it arrives, the tool
@@ -474,7 +500,9 @@ class Reply:
                 if content:
                     yield ndjson(self.part(content))
                 calls.add(delta.get("tool_calls"))
-                finish_reason = a_string(choice.get("finish_reason"), "finish_reason") or finish_reason
+                finish_reason = (
+                    a_string(choice.get("finish_reason"), "finish_reason") or finish_reason
+                )
         if calls.calls:
             yield ndjson(self.part("", calls.whole()))
         yield ndjson(self.last("", finish_reason, usage))

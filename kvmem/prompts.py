@@ -30,9 +30,16 @@ _LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 # bidi marks, embeddings, overrides and isolates (which make text read differently than it is
 # stored), the byte order mark, and tag characters (which spell hidden ASCII).
 _INVISIBLE = [
-    *range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x061C,
-    *range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2065),
-    *range(0x2066, 0x206A), 0xFEFF, *range(0xE0000, 0xE0080),
+    *range(0x00, 0x20),
+    0x7F,
+    *range(0x80, 0xA0),
+    0x061C,
+    *range(0x200B, 0x2010),
+    *range(0x202A, 0x202F),
+    *range(0x2060, 0x2065),
+    *range(0x2066, 0x206A),
+    0xFEFF,
+    *range(0xE0000, 0xE0080),
 ]
 
 
@@ -60,10 +67,14 @@ def _character_class(codes: Sequence[int]) -> str:
             ranges[-1][1] = code
         else:
             ranges.append([code, code])
-    return "[" + "".join(
-        re.escape(chr(low)) if low == high else f"{re.escape(chr(low))}-{re.escape(chr(high))}"
-        for low, high in ranges
-    ) + "]"
+    return (
+        "["
+        + "".join(
+            re.escape(chr(low)) if low == high else f"{re.escape(chr(low))}-{re.escape(chr(high))}"
+            for low, high in ranges
+        )
+        + "]"
+    )
 
 
 _NEEDS_ESCAPE = re.compile(_character_class(list(_ESCAPES)))
@@ -182,12 +193,16 @@ def render_agent_input(
     ] or ["(none)"]
     if pending:
         # So the agent neither proposes again what already waits nor takes it as stored.
-        memory += ["", "# Pending review:",
-                   "(proposed earlier and waiting for the user's decision: not stored yet; "
-                   "do not propose them again)"]
+        memory += [
+            "",
+            "# Pending review:",
+            "(proposed earlier and waiting for the user's decision: not stored yet; "
+            "do not propose them again)",
+        ]
         memory += [
             f"- set {proposal.key}: {escape_value(proposal.value)}"
-            if proposal.value is not None else f"- delete {proposal.key}"
+            if proposal.value is not None
+            else f"- delete {proposal.key}"
             for proposal in pending
         ]
     chat = tokens.keep_end(_last_chars(render_chat(window), max_input_tokens), max_input_tokens)
@@ -211,8 +226,11 @@ KEY_FORMAT = "lowercase letters, digits and _, starting with a letter (at most 1
 def render_marker_instructions(valid_keys: Sequence[str] | None, char_limit: int) -> str:
     """What the main model is told under `placement: inline`: how to write memory markers
     (kvmem/markers.py), with the keys it may use."""
-    keys = (f"Use only these keys: {', '.join(valid_keys)}." if valid_keys
-            else f"Keys are {KEY_FORMAT}.")
+    keys = (
+        f"Use only these keys: {', '.join(valid_keys)}."
+        if valid_keys
+        else f"Keys are {KEY_FORMAT}."
+    )
     return f"""\
 You can change what is remembered about the user. Only when the user asks you to remember, update or forget \
 something, end your reply with one marker per change, each on its own line:

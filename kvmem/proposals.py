@@ -70,15 +70,13 @@ def review_in_effect(memory: MemoryConfig, user_review: bool) -> bool:
     return memory.review == "on" or (memory.review == "per_user" and user_review)
 
 
-_PENDING = (
-    select(
-        MemoryProposal.id,
-        MemoryProposal.key,
-        MemoryProposal.op,
-        MemoryProposal.value,
-        MemoryProposal.conversation_id,
-        MemoryProposal.created_at,
-    )
+_PENDING = select(
+    MemoryProposal.id,
+    MemoryProposal.key,
+    MemoryProposal.op,
+    MemoryProposal.value,
+    MemoryProposal.conversation_id,
+    MemoryProposal.created_at,
 )
 
 
@@ -122,22 +120,37 @@ class ProposalStore:
             self.database.lock_user(session, user_id)
             if since is not None:
                 check_not_erased(session.connection(), user_id, since)
-            if value is None and session.scalar(
-                select(MemoryEntry.id).where(MemoryEntry.user_id == user_id, MemoryEntry.key == key)
-            ) is None:
+            if (
+                value is None
+                and session.scalar(
+                    select(MemoryEntry.id).where(
+                        MemoryEntry.user_id == user_id, MemoryEntry.key == key
+                    )
+                )
+                is None
+            ):
                 raise NotFound(f"no memory with key {key!r}")
             mine = MemoryProposal.user_id == user_id
             session.execute(delete(MemoryProposal).where(mine, MemoryProposal.key == key))
             now = utcnow()
             proposal_id = session.execute(
-                insert(MemoryProposal).values(
-                    user_id=user_id, key=key, op="set" if value is not None else "delete",
-                    value=value, conversation_id=conversation_id, created_at=now,
-                ).returning(MemoryProposal.id)
+                insert(MemoryProposal)
+                .values(
+                    user_id=user_id,
+                    key=key,
+                    op="set" if value is not None else "delete",
+                    value=value,
+                    conversation_id=conversation_id,
+                    created_at=now,
+                )
+                .returning(MemoryProposal.id)
             ).scalar_one()
-            kept = select(MemoryProposal.id).where(mine).order_by(
-                MemoryProposal.id.desc()
-            ).limit(MAX_PENDING)
+            kept = (
+                select(MemoryProposal.id)
+                .where(mine)
+                .order_by(MemoryProposal.id.desc())
+                .limit(MAX_PENDING)
+            )
             session.execute(
                 delete(MemoryProposal).where(mine, MemoryProposal.id.not_in(kept.scalar_subquery()))
             )
@@ -169,7 +182,11 @@ class ProposalStore:
                 raise NotFound(f"no pending proposal {proposal_id}")
             proposal = _proposal(row)
             entry, total = self.store.write_locked(
-                session, user_id, proposal.key, proposal.value, "agent",
+                session,
+                user_id,
+                proposal.key,
+                proposal.value,
+                "agent",
                 conversation_id=proposal.conversation_id,
             )
             session.execute(delete(MemoryProposal).where(MemoryProposal.id == proposal_id))

@@ -66,11 +66,15 @@ class SessionStore:
         )
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
-            if minted_with is not None and session.scalar(
-                select(ApiKey.id).where(
-                    ApiKey.key_hash == hash_secret(minted_with), ApiKey.revoked_at.is_(None)
+            if (
+                minted_with is not None
+                and session.scalar(
+                    select(ApiKey.id).where(
+                        ApiKey.key_hash == hash_secret(minted_with), ApiKey.revoked_at.is_(None)
+                    )
                 )
-            ) is None:
+                is None
+            ):
                 raise Unauthorized("the API key is not valid (unknown or revoked)")
             # Expired tokens can never be used again: drop this user's as new ones are made,
             # so the table holds about one row per active page, not one per page ever opened.

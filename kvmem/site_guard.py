@@ -168,4 +168,3 @@ def _bracketed(name: str) -> str:
     """An IPv6 address in brackets, as a Host header writes it; other names unchanged."""
     name = name.strip().lower()
     return f"[{name}]" if ":" in name and not name.startswith("[") else name
-

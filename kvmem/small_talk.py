@@ -46,8 +46,15 @@ def _compile(*alternatives: str, flags: int = 0) -> re.Pattern[str]:
 # Quoted text and code are material for a task ("translate 'I love my cat'"), not facts.
 # (normalize turns backticks into apostrophes, so a code fence reads ''' here.)
 _QUOTED = _compile(
-    r"(?:```|''').*?(?:```|'''|$)", r"`[^`\n]*`", r'"[^"\n]*"', r"“[^”\n]*”", r"«[^»\n]*»", r"„[^“”\n]*[“”]",
-    r"「[^」\n]*」", r"『[^』\n]*』", r"(?<![\w])'[^'\n]{2,}'(?![\w])",
+    r"(?:```|''').*?(?:```|'''|$)",
+    r"`[^`\n]*`",
+    r'"[^"\n]*"',
+    r"“[^”\n]*”",
+    r"«[^»\n]*»",
+    r"„[^“”\n]*[“”]",
+    r"「[^」\n]*」",
+    r"『[^』\n]*』",
+    r"(?<![\w])'[^'\n]{2,}'(?![\w])",
     flags=re.DOTALL,
 )
 # After a translation request's colon comes the text to translate.
@@ -260,7 +267,7 @@ def is_small_talk(normalized: str) -> bool:
         while not _asks_or_tasks(sentence) and (social := _SOCIAL_PREFIX.match(sentence)):
             if social.end() == 0:
                 break
-            sentence = sentence[social.end():]
+            sentence = sentence[social.end() :]
         if not re.search(r"[^\W_]", sentence):
             continue
         if not _asks_or_tasks(sentence):

@@ -63,8 +63,10 @@ def _sqlite_reads(dialect: Dialect) -> tuple[str, str, list[Callable[[Any], Any]
     return (
         str(_USER_STATE.compile(dialect=dialect)),
         str(_SNAPSHOT.compile(dialect=dialect)),
-        [column.type.dialect_impl(dialect).result_processor(dialect, None)
-         for column in _SNAPSHOT.selected_columns],
+        [
+            column.type.dialect_impl(dialect).result_processor(dialect, None)
+            for column in _SNAPSHOT.selected_columns
+        ],
     )
 
 
@@ -143,8 +145,12 @@ class MemoryReader:
             entries = self._cache.get(user_id, version)
             if entries is None:
                 entries = tuple(
-                    Entry(*(process(value) if process else value
-                            for process, value in zip(processors, row, strict=True)))
+                    Entry(
+                        *(
+                            process(value) if process else value
+                            for process, value in zip(processors, row, strict=True)
+                        )
+                    )
                     for row in cursor.execute(snapshot, (user_id,)).fetchall()
                 )
                 self._cache.put(user_id, version, entries)
@@ -198,9 +204,10 @@ class MemoryReader:
             page = self.history_log.page(session, user_id, key=key, limit=limit, before=before)
             if page.changes:
                 return page
-            if before is not None and self.history_log.page(
-                session, user_id, key=key, limit=1
-            ).changes:
+            if (
+                before is not None
+                and self.history_log.page(session, user_id, key=key, limit=1).changes
+            ):
                 return page  # past the last page of a key that has changes
             if not self._has_entry(session, user_id, key):
                 raise NotFound(f"no memory and no history with key {key!r}")

@@ -250,7 +250,12 @@ class MemoryStore(MemoryReader):
             self.rules.check_key(key)
             clean = self.rules.clean_value(value)
             written = self._set_locked(
-                connection, user_id, key, clean, self.tokens.count(clean), source,
+                connection,
+                user_id,
+                key,
+                clean,
+                self.tokens.count(clean),
+                source,
                 conversation_id,
             )
             return written.entry, written.total_tokens
@@ -280,18 +285,38 @@ class MemoryStore(MemoryReader):
         now = utcnow()
         if row is None:
             entry = Entry(key, value, tokens, source, now, now)
-            connection.execute(_INSERT_ENTRY, {
-                "user_id": user_id, "key": key, "value": value, "token_count": tokens,
-                "source": source, "created_at": now, "updated_at": now,
-            })
+            connection.execute(
+                _INSERT_ENTRY,
+                {
+                    "user_id": user_id,
+                    "key": key,
+                    "value": value,
+                    "token_count": tokens,
+                    "source": source,
+                    "created_at": now,
+                    "updated_at": now,
+                },
+            )
         else:
             entry = Entry(key, value, tokens, source, row.created_at, now)
-            connection.execute(_REPLACE_ENTRY, {
-                "entry_id": row.id, "value": value, "token_count": tokens, "source": source,
-                "updated_at": now,
-            })
+            connection.execute(
+                _REPLACE_ENTRY,
+                {
+                    "entry_id": row.id,
+                    "value": value,
+                    "token_count": tokens,
+                    "source": source,
+                    "updated_at": now,
+                },
+            )
         change_id = self._record(
-            connection, user_id, key, "set", row.value if row else None, value, source,
+            connection,
+            user_id,
+            key,
+            "set",
+            row.value if row else None,
+            value,
+            source,
             conversation_id,
         )
         connection.execute(_BUMP, {"user_id": user_id})
@@ -354,8 +379,7 @@ class MemoryStore(MemoryReader):
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
             existing = {
-                row.key: row
-                for row in connection.execute(_ENTRIES_OF_USER, {"user_id": user_id})
+                row.key: row for row in connection.execute(_ENTRIES_OF_USER, {"user_id": user_id})
             }
             dropped = [row for key, row in existing.items() if key not in counted]
             check_import_limit(
@@ -372,15 +396,29 @@ class MemoryStore(MemoryReader):
                     continue
                 changes.append(import_change(key, "set", row.value if row else None, value))
                 if row is None:
-                    connection.execute(_INSERT_ENTRY, {
-                        "user_id": user_id, "key": key, "value": value, "token_count": tokens,
-                        "source": "import", "created_at": now, "updated_at": now,
-                    })
+                    connection.execute(
+                        _INSERT_ENTRY,
+                        {
+                            "user_id": user_id,
+                            "key": key,
+                            "value": value,
+                            "token_count": tokens,
+                            "source": "import",
+                            "created_at": now,
+                            "updated_at": now,
+                        },
+                    )
                 else:
-                    connection.execute(_REPLACE_ENTRY, {
-                        "entry_id": row.id, "value": value, "token_count": tokens,
-                        "source": "import", "updated_at": now,
-                    })
+                    connection.execute(
+                        _REPLACE_ENTRY,
+                        {
+                            "entry_id": row.id,
+                            "value": value,
+                            "token_count": tokens,
+                            "source": "import",
+                            "updated_at": now,
+                        },
+                    )
             if changes:
                 self.history_log.prune(connection, user_id)
                 self.history_log.record_many(connection, user_id, changes)
@@ -415,8 +453,13 @@ class MemoryStore(MemoryReader):
                 self.rules.check_key(key)
                 value = self.rules.clean_value(target.new_value)
                 written = self._set_locked(
-                    connection, user_id, key, value, self.tokens.count(value),
-                    "revert", conversation_id,
+                    connection,
+                    user_id,
+                    key,
+                    value,
+                    self.tokens.count(value),
+                    "revert",
+                    conversation_id,
                 )
                 return Reverted(written.entry, written.total_tokens, written.change_id)
             row = connection.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
@@ -465,8 +508,11 @@ class MemoryStore(MemoryReader):
             # Taken last: work that began while the rows were being deleted is fenced too.
             fence_user(session, user_id, utcnow())
         if not self.database.truncate_wal():
-            log.warning("erased user %s; the WAL could not be emptied now (readers kept it "
-                        "busy): the next checkpoint does it", user_id)
+            log.warning(
+                "erased user %s; the WAL could not be emptied now (readers kept it "
+                "busy): the next checkpoint does it",
+                user_id,
+            )
         return erased
 
     def set_memories_enabled(self, user_id: str, enabled: bool) -> bool:
@@ -486,4 +532,3 @@ class MemoryStore(MemoryReader):
                 total_tokens=total,
                 requested_tokens=requested,
             )
-

@@ -49,7 +49,9 @@ def check_conversation_id(conversation_id: str | None) -> str | None:
     else 1-200 printable ASCII characters, or `BadRequest`."""
     if conversation_id is None or conversation_id == "":
         return None
-    if len(conversation_id) > MAX_CONVERSATION_ID or not _PRINTABLE_ASCII.fullmatch(conversation_id):
+    if len(conversation_id) > MAX_CONVERSATION_ID or not _PRINTABLE_ASCII.fullmatch(
+        conversation_id
+    ):
         raise BadRequest(
             f"invalid conversation id: use 1-{MAX_CONVERSATION_ID} printable ASCII characters"
         )
@@ -110,9 +112,8 @@ class MemoryService:
         self.inline = config.inline_memory()
         memory = config.memory
         self.marker_instructions = (
-            (memory.agent and memory.agent.instructions)
-            or render_marker_instructions(memory.valid_keys, memory.char_limit)
-        )
+            memory.agent and memory.agent.instructions
+        ) or render_marker_instructions(memory.valid_keys, memory.char_limit)
 
     def window(self, messages: Sequence[ChatLine]) -> list[ChatLine]:
         """The last `messageWindowSize` user/assistant messages, ending at the newest user one."""
@@ -143,12 +144,17 @@ class MemoryService:
                         self._read_turn, user_id
                     )
                 except StoreUnavailable as exc:
-                    log.warning("memory unavailable, chatting without it: user=%s: %s",
-                                user_id, exc)
+                    log.warning(
+                        "memory unavailable, chatting without it: user=%s: %s", user_id, exc
+                    )
                     store_failed = True
             if self.inline:
                 return self._begin_inline(
-                    user_id, conversation_id, entries, block, review,
+                    user_id,
+                    conversation_id,
+                    entries,
+                    block,
+                    review,
                     self._inline_verdict(temporary, store_failed, snapshot, window),
                 )
             state = self.agent.verdict(
@@ -219,7 +225,9 @@ class MemoryService:
         if state is not None:
             return TurnMemory(block, keys, self.agent.not_run(state, user_id, conversation_id))
         block = with_marker_instructions(block, self.marker_instructions)
-        return TurnMemory(block, keys, AgentRun.pending(user_id, conversation_id, review=review), inline=True)
+        return TurnMemory(
+            block, keys, AgentRun.pending(user_id, conversation_id, review=review), inline=True
+        )
 
     async def context(self, user_id: str) -> MemoryContext:
         """The block a chat request of this user would get now (`StoreUnavailable` if the
@@ -252,9 +260,7 @@ class MemoryService:
             return AgentRun.finished(state)
         slot = self.agent.reserve(user_id)
         try:
-            snapshot, _, _, over_budget, review = await run_in_threadpool(
-                self._read_turn, user_id
-            )
+            snapshot, _, _, over_budget, review = await run_in_threadpool(self._read_turn, user_id)
         except BaseException:
             if slot is not None:
                 slot.release()
@@ -274,7 +280,12 @@ class MemoryService:
             return self.agent.not_run(state, user_id, conversation_id)
         assert slot is not None
         return self.agent.start(
-            user_id, conversation_id, snapshot.entries, window, slot=slot, deadline=deadline,
+            user_id,
+            conversation_id,
+            snapshot.entries,
+            window,
+            slot=slot,
+            deadline=deadline,
             review=review,
         )
 

@@ -105,9 +105,7 @@ def timeout_message(target: Target) -> str:
     return f"the model did not answer within {target.timeout:g} seconds"
 
 
-def openai_error_fields(
-    error: Mapping[str, Any], scrub: Callable[[str], str]
-) -> dict[str, Any]:
+def openai_error_fields(error: Mapping[str, Any], scrub: Callable[[str], str]) -> dict[str, Any]:
     """The fields of an upstream's OpenAI error object that are passed on (`message`, `type`,
     `param`, `code`, each a string, a number or null), their text scrubbed."""
     return {

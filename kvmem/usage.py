@@ -155,8 +155,11 @@ class UsageStore:
             # Read under the users' locks: an erasure that held one has committed its fence.
             erased = erasure_times(session.connection(), users)
             if erased:
-                fenced = [run for run in runs
-                          if run.user_id in erased and run.started_at <= erased[run.user_id]]
+                fenced = [
+                    run
+                    for run in runs
+                    if run.user_id in erased and run.started_at <= erased[run.user_id]
+                ]
                 if fenced:
                     raise _Fenced(fenced)
             # Core's executemany on the table (typed as a FromClause, a Table at run time).
@@ -215,6 +218,9 @@ class UsageStore:
 def _sum(values: Sequence[Any]) -> UsageSum:
     runs, input_tokens, output_tokens, cost, writes = values
     return UsageSum(
-        int(runs), int(input_tokens), int(output_tokens),
-        None if cost is None else float(cost), int(writes),
+        int(runs),
+        int(input_tokens),
+        int(output_tokens),
+        None if cost is None else float(cost),
+        int(writes),
     )

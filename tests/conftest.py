@@ -35,8 +35,6 @@ def tokens() -> TokenCounter:
     return TokenCounter()
 
 
-
-
 def pytest_configure(config: pytest.Config) -> None:
     """The markers this conftest acts on."""
     config.addinivalue_line(
@@ -137,7 +135,9 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite database migrated to the newest schema once for the run: each test's database
     starts as a copy of it (running the migrations per test cost ~55 ms of CPU each)."""
     path = tmp_path_factory.mktemp("template") / "kvmem.db"
-    db = Database.from_config(Config.model_validate({"database": {"url": f"sqlite:///{path}"}}).database)
+    db = Database.from_config(
+        Config.model_validate({"database": {"url": f"sqlite:///{path}"}}).database
+    )
     upgrade(db.engine)
     db.dispose()
     # The last connection's close checkpoints the WAL into the file: the file is the database.
@@ -151,8 +151,9 @@ def database(database_url: str, backend: str, request: pytest.FixtureRequest) ->
     """This test's database, migrated to the newest schema: on SQLite a copy of the run's
     migrated template, on PostgreSQL the run's database (migrated once, emptied per test)."""
     if backend == "sqlite":
-        shutil.copyfile(request.getfixturevalue("sqlite_template"),
-                        database_url.removeprefix("sqlite:///"))
+        shutil.copyfile(
+            request.getfixturevalue("sqlite_template"), database_url.removeprefix("sqlite:///")
+        )
     db = Database.from_config(Config.model_validate({"database": {"url": database_url}}).database)
     # At HEAD already, unless a test moved the run's PostgreSQL database: then this migrates.
     ensure_current(db.engine)
@@ -230,8 +231,6 @@ def upstream() -> Iterator[Any]:
     server.stop()
 
 
-
-
 @pytest.fixture
 def chat_client() -> str:
     """`chat.client` for `chat_sections`: KVMEM_TEST_CHAT_CLIENT, else `auto` (which is the
@@ -244,8 +243,12 @@ def chat_sections(upstream: Any, chat_client: str) -> Callable[..., dict[str, An
     """Config sections for a main model and a memory agent, both on the scripted upstream,
     called by `chat_client`."""
 
-    def make(memory: dict[str, Any] | None = None, agent: dict[str, Any] | None = None,
-             chat: dict[str, Any] | None = None, **sections: Any) -> dict[str, Any]:
+    def make(
+        memory: dict[str, Any] | None = None,
+        agent: dict[str, Any] | None = None,
+        chat: dict[str, Any] | None = None,
+        **sections: Any,
+    ) -> dict[str, Any]:
         agent_section = {
             "provider": "openai",
             "model": AGENT_MODEL,
@@ -268,8 +271,6 @@ def chat_sections(upstream: Any, chat_client: str) -> Callable[..., dict[str, An
         }
 
     return make
-
-
 
 
 @pytest.fixture

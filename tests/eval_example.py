@@ -29,12 +29,27 @@ def main(args: list[str]) -> int:
     try:
         with tempfile.TemporaryDirectory() as folder:
             config = Path(folder) / "memory.yaml"
-            config.write_text(json.dumps({"memory": {"agent": {
-                "provider": "openai", "model": MODEL, "api_base": upstream.url, "api_key": "-",
-            }}}), encoding="utf-8")
+            config.write_text(
+                json.dumps(
+                    {
+                        "memory": {
+                            "agent": {
+                                "provider": "openai",
+                                "model": MODEL,
+                                "api_base": upstream.url,
+                                "api_key": "-",
+                            }
+                        }
+                    }
+                ),
+                encoding="utf-8",
+            )
             done = subprocess.run(
                 [sys.executable, "-m", "kvmem", "eval", "--config", str(config), *args],
-                cwd=folder, capture_output=True, text=True, timeout=300,
+                cwd=folder,
+                capture_output=True,
+                text=True,
+                timeout=300,
                 env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
             )
     finally:

@@ -95,18 +95,19 @@ def test_set_memory_lands_as_an_agent_entry_and_is_injected_next(
 def test_writes_show_in_the_stream_and_in_done(upstream, chat_sections, make_client):
     client = make_client(**chat_sections())
     client.put("/memory/city", json={"value": "Paris"})
-    upstream.script(
-        AGENT_MODEL, tools(set_memory("name", "Ada"), delete_memory("city"))
-    )
+    upstream.script(AGENT_MODEL, tools(set_memory("name", "Ada"), delete_memory("city")))
     response = client.post("/chat", json={"message": "I'm Ada; forget my city.", "stream": True})
     events = sse_events(response.text)
     updates = [{"op": "set", "key": "name", "value": "Ada"}, {"op": "delete", "key": "city"}]
     assert [e for e in events if e[0] == "memory"] == [("memory", u) for u in updates]
-    assert events[-1] == ("done", {
-        "conversation_id": events[-1][1]["conversation_id"],
-        "response": "ok",
-        "memory": {"injected": ["city"], "agent": "done", "updates": updates},
-    })
+    assert events[-1] == (
+        "done",
+        {
+            "conversation_id": events[-1][1]["conversation_id"],
+            "response": "ok",
+            "memory": {"injected": ["city"], "agent": "done", "updates": updates},
+        },
+    )
     assert memories(client) == [entry("name", "Ada", 1, source="agent")]
 
 
@@ -136,12 +137,17 @@ def test_the_results_go_back_to_the_model_in_one_corrective_call(
     assistant = second.messages[2]
     assert assistant["role"] == "assistant"
     assert [(c["id"], c["function"]["name"]) for c in assistant["tool_calls"]] == [
-        ("call_0", "set_memory"), ("call_1", "set_memory"), ("call_2", "delete_memory"),
+        ("call_0", "set_memory"),
+        ("call_1", "set_memory"),
+        ("call_2", "delete_memory"),
     ]
     assert second.messages[3:] == [
         {"role": "tool", "tool_call_id": "call_0", "content": 'Memory set for key "a" (1 tokens)'},
-        {"role": "tool", "tool_call_id": "call_1",
-         "content": 'Invalid key "k". Must be one of: a, b'},
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": 'Invalid key "k". Must be one of: a, b',
+        },
         {"role": "tool", "tool_call_id": "call_2", "content": 'Memory deleted for key "b"'},
     ]
     assert len(upstream.received(AGENT_MODEL)) == 2
@@ -193,7 +199,8 @@ def test_a_write_over_the_token_limit_is_refused_and_can_be_corrected(
         "Memory storage would exceed limit. Cannot save this memory."
     ]
     assert memories(client) == [
-        entry("b", make_value(3), 3, source="agent"), entry("a", make_value(2), 2),
+        entry("b", make_value(3), 3, source="agent"),
+        entry("a", make_value(2), 2),
     ]
 
 
@@ -231,14 +238,22 @@ def test_malformed_arguments_are_refused(upstream, chat_sections, make_client):
 @pytest.mark.parametrize(
     ("call", "result"),
     [
-        (set_memory("name", "Ada", user_id="bob"),
-         "Error: invalid arguments for set_memory: user_id: Extra inputs are not permitted."),
-        (delete_memory("name", user_id="bob"),
-         "Error: invalid arguments for delete_memory: user_id: Extra inputs are not permitted."),
-        (agent_tool_call("set_memory", {"key": "name"}),
-         "Error: invalid arguments for set_memory: value: Field required."),
-        (agent_tool_call("set_memory", {"key": "name", "value": 7}),
-         "Error: invalid arguments for set_memory: value: Input should be a valid string."),
+        (
+            set_memory("name", "Ada", user_id="bob"),
+            "Error: invalid arguments for set_memory: user_id: Extra inputs are not permitted.",
+        ),
+        (
+            delete_memory("name", user_id="bob"),
+            "Error: invalid arguments for delete_memory: user_id: Extra inputs are not permitted.",
+        ),
+        (
+            agent_tool_call("set_memory", {"key": "name"}),
+            "Error: invalid arguments for set_memory: value: Field required.",
+        ),
+        (
+            agent_tool_call("set_memory", {"key": "name", "value": 7}),
+            "Error: invalid arguments for set_memory: value: Input should be a valid string.",
+        ),
     ],
 )
 def test_extra_or_wrong_arguments_are_refused(upstream, chat_sections, make_client, call, result):
@@ -264,20 +279,21 @@ def test_the_agent_writes_only_for_the_requests_user(upstream, chat_sections, ma
     assert memories(client, bob) == []
 
 
-def test_a_flood_of_tool_calls_applies_only_sixteen(
-    upstream, chat_sections, make_client, tokens
-):
+def test_a_flood_of_tool_calls_applies_only_sixteen(upstream, chat_sections, make_client, tokens):
     client = make_client(**chat_sections())
     flood = [set_memory(f"k{i:02d}", f"value {i}") for i in range(20)]
     upstream.script(AGENT_MODEL, tools(*flood), Reply(content="Done."))
     chat(client)
     first, second = agent_requests(upstream, client)
     results = [m["content"] for m in tool_results(second)]
-    assert results == [
-        f'Memory set for key "k{i:02d}" ({tokens.count(f"value {i}")} tokens)' for i in range(16)
-    ] + [
-        "Error: not applied; at most 16 tool calls per turn."
-    ] * 4
+    assert (
+        results
+        == [
+            f'Memory set for key "k{i:02d}" ({tokens.count(f"value {i}")} tokens)'
+            for i in range(16)
+        ]
+        + ["Error: not applied; at most 16 tool calls per turn."] * 4
+    )
     assert sorted(m["key"] for m in memories(client)) == [f"k{i:02d}" for i in range(16)]
     assert services(client).agent.outcomes["tool_calls_capped"] == 1
 
@@ -332,11 +348,14 @@ def test_the_key_description_lists_valid_keys(upstream, chat_sections, make_clie
         tool["function"]["parameters"]["properties"]["key"]["description"]
         for tool in request.body["tools"]
     ]
-    expected = ("The memory key: lowercase letters, digits and _, starting with a letter. "
-                "Must be one of: name, city.")
+    expected = (
+        "The memory key: lowercase letters, digits and _, starting with a letter. "
+        "Must be one of: name, city."
+    )
     assert descriptions == [expected, expected]
     assert [tool["function"]["name"] for tool in request.body["tools"]] == [
-        "set_memory", "delete_memory",
+        "set_memory",
+        "delete_memory",
     ]
 
 
@@ -353,9 +372,7 @@ def test_text_from_the_agent_is_discarded(upstream, chat_sections, make_client):
 # --- the agent's input ------------------------------------------------------------------
 
 
-def test_the_agent_reads_status_memory_and_the_chat(
-    upstream, chat_sections, make_client, tokens
-):
+def test_the_agent_reads_status_memory_and_the_chat(upstream, chat_sections, make_client, tokens):
     assert tokens.count("Rome,\nItaly") == 3
     client = make_client(**chat_sections(memory={"tokenLimit": 50}))
     client.put("/memory/name", json={"value": "Ada"})
@@ -364,19 +381,22 @@ def test_the_agent_reads_status_memory_and_the_chat(
     (request,) = agent_requests(upstream, client)
     assert request.messages == [
         {"role": "system", "content": DEFAULT_AGENT_INSTRUCTIONS},
-        {"role": "user", "content": (
-            "# Memory Status:\n"
-            "Current memory usage: 4 tokens\n"
-            "Token limit: 50 tokens\n"
-            "Remaining capacity: 46 tokens\n"
-            "\n"
-            "# Existing memory:\n"
-            "- name (1 tokens): Ada\n"
-            "- city (3 tokens): Rome,\\nItaly\n"
-            "\n"
-            "# Current Chat:\n"
-            "Human: Remember I like tea."
-        )},
+        {
+            "role": "user",
+            "content": (
+                "# Memory Status:\n"
+                "Current memory usage: 4 tokens\n"
+                "Token limit: 50 tokens\n"
+                "Remaining capacity: 46 tokens\n"
+                "\n"
+                "# Existing memory:\n"
+                "- name (1 tokens): Ada\n"
+                "- city (3 tokens): Rome,\\nItaly\n"
+                "\n"
+                "# Current Chat:\n"
+                "Human: Remember I like tea."
+            ),
+        },
     ]
     assert [m["token_count"] for m in memories(client)] == [3, 1]
 
@@ -438,8 +458,10 @@ def assert_one_line_per_entry(prompt: str, entries: list[tuple[str, int, str]]) 
 @pytest.mark.parametrize("value", HOSTILE_AGENT_VALUES)
 def test_a_hostile_value_keeps_to_its_line_in_the_agent_input(value, tokens):
     count = tokens.count(value)
-    entries = [Entry("note", value, count, "manual", MARCH_1, MARCH_1),
-               Entry("name", "Ada", 1, "manual", MARCH_1, MARCH_1)]
+    entries = [
+        Entry("note", value, count, "manual", MARCH_1, MARCH_1),
+        Entry("name", "Ada", 1, "manual", MARCH_1, MARCH_1),
+    ]
     prompt = render_agent_input(entries, None, None, [ChatLine("user", "hi")], 1000, tokens)
     assert_one_line_per_entry(prompt, [("note", count, value), ("name", 1, "Ada")])
     assert prompt.endswith("\n\n# Current Chat:\nHuman: hi")
@@ -470,7 +492,8 @@ def converse(client, upstream, turns, **body: Any) -> str:
     for message, answer in turns:
         upstream.script(MAIN_MODEL, Reply(content=answer))
         conversation_id = chat(client, message, conversation_id=conversation_id, **body)[
-            "conversation_id"]
+            "conversation_id"
+        ]
     return conversation_id
 
 
@@ -480,15 +503,26 @@ def converse(client, upstream, turns, **body: Any) -> str:
         (1, ["Human: four"]),
         (3, ["Human: three", "AI: reply three", "Human: four"]),
         (4, ["AI: reply two", "Human: three", "AI: reply three", "Human: four"]),
-        (20, ["Human: one", "AI: reply one", "Human: two", "AI: reply two", "Human: three",
-              "AI: reply three", "Human: four"]),
+        (
+            20,
+            [
+                "Human: one",
+                "AI: reply one",
+                "Human: two",
+                "AI: reply two",
+                "Human: three",
+                "AI: reply three",
+                "Human: four",
+            ],
+        ),
     ],
 )
 def test_the_window_is_the_last_messages_ending_at_the_new_one(
     upstream, chat_sections, make_client, window_size, chat_lines
 ):
-    client = make_client(**chat_sections(memory={"messageWindowSize": window_size},
-                                         chat={"max_turns": 1}))
+    client = make_client(
+        **chat_sections(memory={"messageWindowSize": window_size}, chat={"max_turns": 1})
+    )
     conversation_id = converse(client, upstream, THREE_TURNS)
     chat(client, "four", conversation_id=conversation_id, max_turns=0)
     requests = agent_requests(upstream, client)
@@ -552,8 +586,11 @@ def test_a_slow_agent_does_not_delay_the_reply(upstream, chat_sections, make_cli
     upstream.script(AGENT_MODEL, Reply(delay=30, tool_calls=[set_memory("name", "Ada")]))
     body = chat(client)
     # The reply was made while the agent was still running: it did not wait for it.
-    assert body == {"conversation_id": body["conversation_id"], "response": "ok",
-                    "memory": {"injected": [], "agent": "running", "updates": []}}
+    assert body == {
+        "conversation_id": body["conversation_id"],
+        "response": "ok",
+        "memory": {"injected": [], "agent": "running", "updates": []},
+    }
     (main,) = upstream.received(MAIN_MODEL)
     (agent,) = upstream.wait_for(AGENT_MODEL, 1)
     wait_agents_idle(client)
@@ -567,8 +604,9 @@ def test_a_write_due_after_main_end_plus_grace_never_lands(upstream, chat_sectio
     grace = 0.5
     due = at_most(grace) + 1.0  # the agent's answer is due well after any deadline we accept
     client = make_client(**chat_sections(agent={"grace_seconds": grace}))
-    upstream.script(AGENT_MODEL, Reply(delay=due, content=None,
-                                       tool_calls=[set_memory("name", "Ada")]))
+    upstream.script(
+        AGENT_MODEL, Reply(delay=due, content=None, tool_calls=[set_memory("name", "Ada")])
+    )
     chat(client)
     (main,) = upstream.received(MAIN_MODEL)
     (agent,) = upstream.wait_for(AGENT_MODEL, 1)
@@ -586,8 +624,9 @@ def test_a_write_before_the_deadline_lands(upstream, chat_sections, make_client)
     # The agent answers 1 s after it asked, long after the main answer and long before the
     # deadline 5 s after it.
     client = make_client(**chat_sections(agent={"grace_seconds": 5}))
-    upstream.script(AGENT_MODEL, Reply(delay=1.0, content=None,
-                                       tool_calls=[set_memory("name", "Ada")]))
+    upstream.script(
+        AGENT_MODEL, Reply(delay=1.0, content=None, tool_calls=[set_memory("name", "Ada")])
+    )
     chat(client)
     (main,) = upstream.received(MAIN_MODEL)
     (agent,) = agent_requests(upstream, client)
@@ -678,18 +717,26 @@ def postgres_user_lock_held(database_url: str, user_id: str) -> Iterator[Callabl
     yields whether another session of the database now waits for a lock."""
     other = create_engine(database_url, poolclass=NullPool)
     try:
-        with other.connect() as holder, other.connect().execution_options(
-            isolation_level="AUTOCOMMIT"  # each probe sees the activity of that moment
-        ) as monitor:
+        with (
+            other.connect() as holder,
+            other.connect().execution_options(
+                isolation_level="AUTOCOMMIT"  # each probe sees the activity of that moment
+            ) as monitor,
+        ):
             holder.execute(text("SELECT id FROM users WHERE id = :id FOR UPDATE"), {"id": user_id})
             holder_pid = holder.execute(text("SELECT pg_backend_pid()")).scalar_one()
 
             def waiting() -> bool:
-                return monitor.execute(
-                    text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                         " AND wait_event_type = 'Lock' AND pid <> :holder"),
-                    {"holder": holder_pid},
-                ).scalar_one() > 0
+                return (
+                    monitor.execute(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                            " AND wait_event_type = 'Lock' AND pid <> :holder"
+                        ),
+                        {"holder": holder_pid},
+                    ).scalar_one()
+                    > 0
+                )
 
             try:
                 yield waiting
@@ -740,10 +787,15 @@ def test_a_write_held_up_by_another_writer_past_the_deadline_never_lands(
     upstream.script(AGENT_MODEL, tools(set_memory("name", "Ada")))
     upstream.script(MAIN_MODEL, Reply(delay=0.3))  # the agent's write starts before the end
     # /v1/chat/completions stores no turn: nothing but the agent's write needs the lock.
-    completion = {"model": f"openai/{MAIN_MODEL}",
-                  "messages": [{"role": "user", "content": "Remember that my name is Ada."}]}
-    held = (sqlite_write_lock_held(database, database_url) if backend == "sqlite"
-            else postgres_user_lock_held(database_url, "local"))
+    completion = {
+        "model": f"openai/{MAIN_MODEL}",
+        "messages": [{"role": "user", "content": "Remember that my name is Ada."}],
+    }
+    held = (
+        sqlite_write_lock_held(database, database_url)
+        if backend == "sqlite"
+        else postgres_user_lock_held(database_url, "local")
+    )
     with transaction_ends(database) as ends:
         with held as agent_write_waits:
             assert client.post("/v1/chat/completions", json=completion).status_code == 200
@@ -775,6 +827,7 @@ def test_a_commit_let_through_just_before_the_deadline_is_reported_in_done(
         def guard_then_stall() -> None:
             guard()  # let through, before the deadline
             time.sleep(grace + 0.3)  # the commit itself ends past the deadline
+
         return real_set(*args, guard=guard_then_stall, **kwargs)
 
     store.set = slow_commit  # the agent's writes only: this request makes no other
@@ -856,15 +909,32 @@ def bad_call(**call: Any) -> Any:
         ("tools", malformed_answer({"tool_calls": ["x"]})),
         ("tools", malformed_answer(bad_call(function="x"))),
         ("tools", malformed_answer(bad_call(function={"name": "set_memory", "arguments": 7}))),
-        ("tools", malformed_answer(
-            {"tool_calls": [{"type": "function", "function": {"name": "no", "arguments": "{}"}}]}
-        )),
+        (
+            "tools",
+            malformed_answer(
+                {
+                    "tool_calls": [
+                        {"type": "function", "function": {"name": "no", "arguments": "{}"}}
+                    ]
+                }
+            ),
+        ),
         ("tools", malformed_answer({"content": "ok"}, usage="x")),
         ("tools", malformed_answer({"content": "ok"}, usage={"prompt_tokens": "many"})),
         ("json", malformed_answer({"content": {"operations": []}})),
     ],
-    ids=["choices", "message", "tool_calls", "tool_call", "function", "arguments", "no-id",
-         "usage", "usage-tokens", "json-content"],
+    ids=[
+        "choices",
+        "message",
+        "tool_calls",
+        "tool_call",
+        "function",
+        "arguments",
+        "no-id",
+        "usage",
+        "usage-tokens",
+        "json-content",
+    ],
 )
 def test_a_malformed_agent_answer_is_an_upstream_error(
     upstream, chat_sections, make_client, mode, agent_reply
@@ -873,8 +943,9 @@ def test_a_malformed_agent_answer_is_an_upstream_error(
     fails with `upstream_error`, never an `internal_error` of kvmem's own. (On the direct
     client, which hands kvmem the answer as sent; litellm's client refuses most such answers
     itself, as its own `upstream_error`.)"""
-    client = make_client(**chat_sections(agent={"mode": mode, "grace_seconds": 8},
-                                         chat={"client": "direct"}))
+    client = make_client(
+        **chat_sections(agent={"mode": mode, "grace_seconds": 8}, chat={"client": "direct"})
+    )
     upstream.script(AGENT_MODEL, agent_reply)
     response = client.post("/chat", json={"message": "Remember I like tea."})
     assert response.status_code == 200
@@ -882,7 +953,9 @@ def test_a_malformed_agent_answer_is_an_upstream_error(
     assert outcomes(client) == {"failed": 1}
     assert memories(client) == []
     assert client.get("/healthz").json()["agent"]["last_error"] == {
-        "at": ISO_TIME, "code": "upstream_error", "upstream_status": 200,
+        "at": ISO_TIME,
+        "code": "upstream_error",
+        "upstream_status": 200,
     }
     assert services(client).agent.last_error.message == Containing("(a malformed response)")
 
@@ -902,11 +975,14 @@ def test_a_streamed_reply_reports_the_agent_failure(
     assert response.status_code == 200
     events = sse_events(response.text)
     assert "".join(data["content"] for name, data in events if name == "delta") == "The answer."
-    assert events[-1] == ("done", {
-        "conversation_id": events[-1][1]["conversation_id"],
-        "response": "The answer.",
-        "memory": {"injected": [], "agent": state, "updates": []},
-    })
+    assert events[-1] == (
+        "done",
+        {
+            "conversation_id": events[-1][1]["conversation_id"],
+            "response": "The answer.",
+            "memory": {"injected": [], "agent": state, "updates": []},
+        },
+    )
 
 
 def test_agent_errors_are_logged_with_user_and_conversation(
@@ -915,8 +991,9 @@ def test_agent_errors_are_logged_with_user_and_conversation(
     client = make_client(**chat_sections(auth=KEYS_AUTH))
     upstream.script(AGENT_MODEL, Reply(status=500))
     with caplog.at_level(logging.WARNING, logger="kvmem.agent"):
-        response = client.post("/chat", json={"message": "hi"},
-                               headers={**SERVICE, "X-User-Id": "alice"})
+        response = client.post(
+            "/chat", json={"message": "hi"}, headers={**SERVICE, "X-User-Id": "alice"}
+        )
         wait_agents_idle(client)
     conversation_id = response.json()["conversation_id"]
     messages = [r.getMessage() for r in caplog.records if r.name == "kvmem.agent"]

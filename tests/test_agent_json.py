@@ -122,9 +122,7 @@ def test_no_operations_is_done_without_writes(upstream, chat_sections, make_clie
 # --- correction --------------------------------------------------------------------------
 
 
-def test_a_failed_operation_gets_one_corrective_call(
-    upstream, chat_sections, make_client, tokens
-):
+def test_a_failed_operation_gets_one_corrective_call(upstream, chat_sections, make_client, tokens):
     client = make_client(**chat_sections(agent=JSON_MODE, memory={"validKeys": ["a", "b"]}))
     client.put("/memory/b", json={"value": "old"})
     first_answer = answer(op_set("a", "first"), op_set("k", "nope"), op_delete("b"))
@@ -135,15 +133,18 @@ def test_a_failed_operation_gets_one_corrective_call(
     assert second.messages[:2] == first.messages
     assert second.messages[2:] == [
         {"role": "assistant", "content": first_answer.content},
-        {"role": "user", "content": (
-            "Results of your operations:\n"
-            '1. set "a": Memory set for key "a" (1 tokens)\n'
-            '2. set "k": Invalid key "k". Must be one of: a, b\n'
-            '3. delete "b": Memory deleted for key "b"\n'
-            "\n"
-            "Operations that succeeded are done; do not repeat them. Answer with only one JSON "
-            'object holding the corrected operations for those that failed, or {"operations": []}.'
-        )},
+        {
+            "role": "user",
+            "content": (
+                "Results of your operations:\n"
+                '1. set "a": Memory set for key "a" (1 tokens)\n'
+                '2. set "k": Invalid key "k". Must be one of: a, b\n'
+                '3. delete "b": Memory deleted for key "b"\n'
+                "\n"
+                "Operations that succeeded are done; do not repeat them. Answer with only one JSON "
+                'object holding the corrected operations for those that failed, or {"operations": []}.'
+            ),
+        },
     ]
     assert outcomes(client) == {"done": 1}
     assert sorted(memories(client), key=lambda m: m["key"]) == [
@@ -154,8 +155,12 @@ def test_a_failed_operation_gets_one_corrective_call(
 
 def test_there_is_no_third_call(upstream, chat_sections, make_client):
     client = make_client(**chat_sections(agent=JSON_MODE, memory={"charLimit": 3}))
-    upstream.script(AGENT_MODEL, answer(op_set("a", "long")), answer(op_set("a", "longer")),
-                    answer(op_set("a", "ok")))
+    upstream.script(
+        AGENT_MODEL,
+        answer(op_set("a", "long")),
+        answer(op_set("a", "longer")),
+        answer(op_set("a", "ok")),
+    )
     chat(client)
     first, second = agent_requests(upstream, client)
     assert second.messages[-1]["content"].splitlines()[1] == (
@@ -174,7 +179,8 @@ def test_sixteen_operations_at_most(upstream, chat_sections, make_client, tokens
     lines = second.messages[-1]["content"].splitlines()
     assert lines[1:21] == [
         f'{i + 1}. set "k{i:02d}": Memory set for key "k{i:02d}" '
-        f'({tokens.count(f"value {i}")} tokens)' for i in range(16)
+        f"({tokens.count(f'value {i}')} tokens)"
+        for i in range(16)
     ] + [
         f'{i + 1}. set "k{i:02d}": Error: not applied; at most 16 tool calls per turn.'
         for i in range(16, 20)
@@ -188,8 +194,9 @@ def test_sixteen_operations_at_most(upstream, chat_sections, make_client, tokens
 
 def test_an_answer_after_the_deadline_writes_nothing(upstream, chat_sections, make_client):
     client = make_client(**chat_sections(agent={**JSON_MODE, "grace_seconds": 0.3}))
-    upstream.script(AGENT_MODEL, Reply(delay=30, content=json.dumps(
-        {"operations": [op_set("name", "Ada")]})))
+    upstream.script(
+        AGENT_MODEL, Reply(delay=30, content=json.dumps({"operations": [op_set("name", "Ada")]}))
+    )
     body = chat(client)
     assert body["memory"] == {"injected": [], "agent": "running", "updates": []}
     (agent,) = upstream.wait_for(AGENT_MODEL, 1)
@@ -209,7 +216,7 @@ GARBAGE = {
     "not an object": '[{"op": "set", "key": "name", "value": "Ada"}]',
     "no operations": '{"set": {"name": "Ada"}}',
     "unknown op": '{"operations": [{"op": "set", "key": "name", "value": "Ada"}, '
-                  '{"op": "remember", "key": "city", "value": "Rome"}]}',
+    '{"op": "remember", "key": "city", "value": "Rome"}]}',
     "wrong type": '{"operations": [{"op": "set", "key": "name", "value": 7}]}',
     "missing value": '{"operations": [{"op": "set", "key": "name"}]}',
     "extra field": '{"operations": [{"op": "delete", "key": "city", "user_id": "bob"}]}',
@@ -232,12 +239,13 @@ def test_garbage_fails_the_run_and_writes_nothing(
     assert "memory agent failed: user=local conversation=" in caplog.text
 
 
-def test_garbage_after_a_correction_keeps_what_landed(
-    upstream, chat_sections, make_client, tokens
-):
+def test_garbage_after_a_correction_keeps_what_landed(upstream, chat_sections, make_client, tokens):
     client = make_client(**chat_sections(agent=JSON_MODE, memory={"validKeys": ["a"]}))
-    upstream.script(AGENT_MODEL, answer(op_set("a", "kept"), op_set("k", "refused")),
-                    Reply(content="Sorry, I cannot do that."))
+    upstream.script(
+        AGENT_MODEL,
+        answer(op_set("a", "kept"), op_set("k", "refused")),
+        Reply(content="Sorry, I cannot do that."),
+    )
     chat(client)
     assert len(agent_requests(upstream, client)) == 2
     assert outcomes(client) == {"failed": 1}

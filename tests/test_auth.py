@@ -60,7 +60,10 @@ def test_local_mode_needs_no_credentials_and_is_user_local(
     client = make_client()
     assert client.put("/memory/k", json={"value": "v"}).status_code == 201
     # X-User-Id and any Authorization are ignored: there is one user.
-    assert client.put("/memory/j", json={"value": "w"}, headers=bearer("whatever", "bob")).status_code == 201
+    assert (
+        client.put("/memory/j", json={"value": "w"}, headers=bearer("whatever", "bob")).status_code
+        == 201
+    )
     store = make_store()
     assert [e.key for e in store.snapshot("local").entries] == ["k", "j"]
     assert store.snapshot("bob").entries == ()
@@ -89,7 +92,9 @@ def test_every_route_needs_a_key(make_client: MakeClient, method: str, path: str
     client = make_client(auth=KEYS_MODE)
     body = {"value": "v"} if method == "PUT" else {"memories": False} if method == "PATCH" else None
     assert answer(client.request(method, path, json=body)) == MISSING
-    assert answer(client.request(method, path, json=body, headers={"X-User-Id": "alice"})) == MISSING
+    assert (
+        answer(client.request(method, path, json=body, headers={"X-User-Id": "alice"})) == MISSING
+    )
 
 
 @pytest.mark.parametrize(
@@ -103,7 +108,9 @@ def test_every_route_needs_a_key(make_client: MakeClient, method: str, path: str
         ("Bearer svc-0123456789abcdeF", INVALID),
     ],
 )
-def test_wrong_credentials_are_401(make_client: MakeClient, authorization: str, expected: Any) -> None:
+def test_wrong_credentials_are_401(
+    make_client: MakeClient, authorization: str, expected: Any
+) -> None:
     client = make_client(auth=KEYS_MODE)
     assert answer(client.get("/memory", headers={"Authorization": authorization})) == expected
 
@@ -115,7 +122,8 @@ NO_AGENT = {"enabled": False, "reason": "memory.agent is not configured", "last_
 def test_healthz_is_open_without_a_key(make_client: MakeClient) -> None:
     response = make_client(auth=KEYS_MODE).get("/healthz")
     assert answer(response) == (
-        200, {"status": "ok", "version": __version__, "store": "ok", "agent": NO_AGENT}
+        200,
+        {"status": "ok", "version": __version__, "store": "ok", "agent": NO_AGENT},
     )
 
 
@@ -131,7 +139,10 @@ def test_user_key_acts_for_its_user(make_client: MakeClient, keys: KeyStore) -> 
     assert client.get("/memory/k", headers=bearer(secret, "alice")).status_code == 200
     assert client.get("/memory/k", headers={"Authorization": f"bearer {secret}"}).status_code == 200
     # Through a service key, alice's entry is there.
-    assert answer(client.get("/memory/k", headers=bearer(SERVICE_KEY, "alice"))) == (200, entry("k", "v", 1))
+    assert answer(client.get("/memory/k", headers=bearer(SERVICE_KEY, "alice"))) == (
+        200,
+        entry("k", "v", 1),
+    )
 
 
 def test_user_key_naming_someone_else_is_403(make_client: MakeClient, keys: KeyStore) -> None:
@@ -182,10 +193,22 @@ def test_service_key_needs_x_user_id(make_client: MakeClient) -> None:
     assert answer(client.get("/memory", headers=bearer(SERVICE_KEY, ""))) == NO_USER
 
 
-def test_service_key_acts_for_the_named_user(make_client: MakeClient, make_store: Callable[..., MemoryStore]) -> None:
+def test_service_key_acts_for_the_named_user(
+    make_client: MakeClient, make_store: Callable[..., MemoryStore]
+) -> None:
     client = make_client(auth=KEYS_MODE)
-    assert client.put("/memory/k", json={"value": "bob's"}, headers=bearer(SERVICE_KEY, "bob")).status_code == 201
-    assert client.put("/memory/k", json={"value": "eve's"}, headers=bearer(SERVICE_KEY, "eve@x.org")).status_code == 201
+    assert (
+        client.put(
+            "/memory/k", json={"value": "bob's"}, headers=bearer(SERVICE_KEY, "bob")
+        ).status_code
+        == 201
+    )
+    assert (
+        client.put(
+            "/memory/k", json={"value": "eve's"}, headers=bearer(SERVICE_KEY, "eve@x.org")
+        ).status_code
+        == 201
+    )
     store = make_store()
     assert [e.value for e in store.snapshot("bob").entries] == ["bob's"]
     assert [e.value for e in store.snapshot("eve@x.org").entries] == ["eve's"]
@@ -229,21 +252,32 @@ def test_another_users_entries_are_invisible(make_client: MakeClient, keys: KeyS
         "get": answer(client.get("/memory/diary", headers=bearer(bob))),
         "delete": answer(client.delete("/memory/diary", headers=bearer(bob))),
     }
-    assert client.put("/memory/diary", json={"value": "alice's secret"}, headers=bearer(alice)).status_code == 201
+    assert (
+        client.put(
+            "/memory/diary", json={"value": "alice's secret"}, headers=bearer(alice)
+        ).status_code
+        == 201
+    )
     after = {
         "get": answer(client.get("/memory/diary", headers=bearer(bob))),
         "delete": answer(client.delete("/memory/diary", headers=bearer(bob))),
     }
     # Exactly as if the key did not exist at all.
-    assert after == before == {
-        "get": error(404, "not_found", "no memory with key 'diary'"),
-        "delete": error(404, "not_found", "no memory with key 'diary'"),
-    }
+    assert (
+        after
+        == before
+        == {
+            "get": error(404, "not_found", "no memory with key 'diary'"),
+            "delete": error(404, "not_found", "no memory with key 'diary'"),
+        }
+    )
     listing = client.get("/memory", headers=bearer(bob)).json()
     assert (listing["memories"], listing["total_tokens"]) == ([], 0)
     assert answer(client.delete("/memory", headers=bearer(bob))) == (200, {"deleted": 0})
     # bob's own entry under the same key is his own.
-    assert client.put("/memory/diary", json={"value": "bob's"}, headers=bearer(bob)).status_code == 201
+    assert (
+        client.put("/memory/diary", json={"value": "bob's"}, headers=bearer(bob)).status_code == 201
+    )
     assert client.get("/memory/diary", headers=bearer(alice)).json()["value"] == "alice's secret"
     assert client.get("/memory/diary", headers=bearer(bob)).json()["value"] == "bob's"
 
@@ -252,12 +286,20 @@ def test_preferences_are_per_user(make_client: MakeClient, keys: KeyStore) -> No
     client = make_client(auth=KEYS_MODE)
     _, alice = keys.create("alice")
     _, bob = keys.create("bob")
-    assert answer(client.patch("/preferences", json={"memories": False}, headers=bearer(alice))) == (
+    assert answer(
+        client.patch("/preferences", json={"memories": False}, headers=bearer(alice))
+    ) == (
         200,
         {"memories": False, "review": False},
     )
-    assert answer(client.get("/preferences", headers=bearer(bob))) == (200, {"memories": True, "review": False})
-    assert answer(client.get("/preferences", headers=bearer(alice))) == (200, {"memories": False, "review": False})
+    assert answer(client.get("/preferences", headers=bearer(bob))) == (
+        200,
+        {"memories": True, "review": False},
+    )
+    assert answer(client.get("/preferences", headers=bearer(alice))) == (
+        200,
+        {"memories": False, "review": False},
+    )
 
 
 # -- the key store -----------------------------------------------------------------------------
@@ -302,7 +344,12 @@ def test_authenticator_directly(keys: KeyStore) -> None:
     auth = Authenticator(AuthConfig(mode="keys", service_keys=[SERVICE_KEY]), keys)
     assert auth.identify({"authorization": f"Bearer {SERVICE_KEY}"}, body_user="carol") == "carol"
     # X-User-Id wins over the body's user.
-    assert auth.identify({"authorization": f"Bearer {SERVICE_KEY}", "x-user-id": "dave"}, body_user="carol") == "dave"
+    assert (
+        auth.identify(
+            {"authorization": f"Bearer {SERVICE_KEY}", "x-user-id": "dave"}, body_user="carol"
+        )
+        == "dave"
+    )
     _, secret = keys.create("alice")
     # With a user key the body's user is ignored.
     assert auth.identify({"authorization": f"Bearer {secret}"}, body_user="mallory") == "alice"

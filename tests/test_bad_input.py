@@ -28,12 +28,23 @@ BODY_ROUTES = [
     ("PATCH", "/preferences", {"memories": False}),
     ("POST", "/chat", {"message": "hi"}),
     ("POST", "/v1/chat/completions", COMPLETION),
-    ("POST", "/api/chat", {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]}),
+    (
+        "POST",
+        "/api/chat",
+        {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]},
+    ),
     ("POST", "/api/generate", {"model": f"openai/{MAIN_MODEL}", "prompt": "hi"}),
     ("POST", "/api/show", {"model": f"openai/{MAIN_MODEL}"}),
 ]
-ROUTE_IDS = ["put", "preferences", "chat", "completions", "ollama-chat", "ollama-generate",
-             "ollama-show"]
+ROUTE_IDS = [
+    "put",
+    "preferences",
+    "chat",
+    "completions",
+    "ollama-chat",
+    "ollama-generate",
+    "ollama-show",
+]
 
 
 class AnyString:
@@ -91,10 +102,16 @@ def test_a_body_over_the_limit_is_413_declared_or_chunked(
 
     first = client.request(method, path, content=declared)
     second = client.request(method, path, content=chunks())
-    assert (first.status_code, first.json()) == (413, error(
-        path, "body_too_large", f"the request body is {len(declared)} bytes; the limit is 1000"))
-    assert (second.status_code, second.json()) == (413, error(
-        path, "body_too_large", "the request body is over the limit of 1000 bytes"))
+    assert (first.status_code, first.json()) == (
+        413,
+        error(
+            path, "body_too_large", f"the request body is {len(declared)} bytes; the limit is 1000"
+        ),
+    )
+    assert (second.status_code, second.json()) == (
+        413,
+        error(path, "body_too_large", "the request body is over the limit of 1000 bytes"),
+    )
     nothing_changed(client, upstream)
 
 
@@ -104,13 +121,26 @@ def test_a_10_mb_value_is_413_by_default_and_422_under_a_raised_limit(
     value = "x" * (10 * 1024 * 1024)
     default = make_client()
     refused = default.put("/memory/k", json={"value": value})
-    assert (refused.status_code, refused.json()) == (413, error(
-        "/memory/k", "body_too_large", "the request body is 10485772 bytes; the limit is 1048576"))
+    assert (refused.status_code, refused.json()) == (
+        413,
+        error(
+            "/memory/k",
+            "body_too_large",
+            "the request body is 10485772 bytes; the limit is 1048576",
+        ),
+    )
     raised = make_client(server={"max_body_bytes": 11 * 1024 * 1024})
     too_long = raised.put("/memory/k", json={"value": value})
-    assert (too_long.status_code, too_long.json()) == (422, error(
-        "/memory/k", "value_too_long", "the value is 10485760 characters; the limit is 10000",
-        char_limit=10000, length=10485760))
+    assert (too_long.status_code, too_long.json()) == (
+        422,
+        error(
+            "/memory/k",
+            "value_too_long",
+            "the value is 10485760 characters; the limit is 10000",
+            char_limit=10000,
+            length=10485760,
+        ),
+    )
     for client in (default, raised):
         assert client.get("/memory").json()["memories"] == []
 
@@ -126,13 +156,21 @@ DEEP = [
 @pytest.mark.parametrize(("method", "path", "good"), BODY_ROUTES, ids=ROUTE_IDS)
 @pytest.mark.parametrize(("kind", "content"), DEEP, ids=[k for k, _ in DEEP])
 def test_deeply_nested_json_is_400(
-    make_client: MakeClient, chat_sections: Any, upstream: Any,
-    method: str, path: str, good: Any, kind: str, content: bytes,
+    make_client: MakeClient,
+    chat_sections: Any,
+    upstream: Any,
+    method: str,
+    path: str,
+    good: Any,
+    kind: str,
+    content: bytes,
 ) -> None:
     client = make_client(**chat_sections())
     response = client.request(method, path, content=content)
     assert (response.status_code, response.json()) == (
-        400, error(path, "bad_request", "the JSON body is nested too deeply"))
+        400,
+        error(path, "bad_request", "the JSON body is nested too deeply"),
+    )
     nothing_changed(client, upstream)
 
 
@@ -147,14 +185,23 @@ INVALID_UTF8 = [
 @pytest.mark.parametrize(("method", "path", "good"), BODY_ROUTES, ids=ROUTE_IDS)
 @pytest.mark.parametrize(("kind", "bad", "at"), INVALID_UTF8, ids=[k for k, _, _ in INVALID_UTF8])
 def test_invalid_utf8_is_400(
-    make_client: MakeClient, chat_sections: Any, upstream: Any,
-    method: str, path: str, good: Any, kind: str, bad: bytes, at: int,
+    make_client: MakeClient,
+    chat_sections: Any,
+    upstream: Any,
+    method: str,
+    path: str,
+    good: Any,
+    kind: str,
+    bad: bytes,
+    at: int,
 ) -> None:
     client = make_client(**chat_sections())
     content = b'{"message": "' + bad + b'"}'
     response = client.request(method, path, content=content)
     assert (response.status_code, response.json()) == (
-        400, error(path, "bad_request", f"the body is not valid UTF-8 (byte {at})"))
+        400,
+        error(path, "bad_request", f"the body is not valid UTF-8 (byte {at})"),
+    )
     nothing_changed(client, upstream)
 
 
@@ -166,17 +213,35 @@ def test_invalid_utf8_is_400(
         ("PATCH", "/preferences", b'{"memories": true, "\\ud800": 1}'),
         ("POST", "/chat", b'{"message": "hi \\ud83d"}'),
         ("POST", "/chat", b'{"message": "hi", "conversation_id": "\\udc00"}'),
-        ("POST", "/v1/chat/completions",
-         b'{"model": "openai/main-model", "messages": [{"role": "user", "content": "\\ud800"}]}'),
-        ("POST", "/api/chat",
-         b'{"model": "openai/main-model", "messages": [{"role": "user", "content": "\\ud800"}]}'),
+        (
+            "POST",
+            "/v1/chat/completions",
+            b'{"model": "openai/main-model", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        ),
+        (
+            "POST",
+            "/api/chat",
+            b'{"model": "openai/main-model", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        ),
         ("POST", "/api/generate", b'{"model": "openai/main-model", "prompt": "hi \\udc00"}'),
     ],
-    ids=["value", "value-low-half", "preferences-field", "chat-message", "chat-conversation-id",
-         "completions-message", "ollama-chat-message", "ollama-generate-prompt"],
+    ids=[
+        "value",
+        "value-low-half",
+        "preferences-field",
+        "chat-message",
+        "chat-conversation-id",
+        "completions-message",
+        "ollama-chat-message",
+        "ollama-generate-prompt",
+    ],
 )
 def test_a_lone_surrogate_escape_is_400(
-    make_client: MakeClient, chat_sections: Any, upstream: Any, method: str, path: str,
+    make_client: MakeClient,
+    chat_sections: Any,
+    upstream: Any,
+    method: str,
+    path: str,
     content: bytes,
 ) -> None:
     """JSON can spell half a UTF-16 pair (`\\ud800`); no UTF-8 text holds it, so it is a bad
@@ -217,7 +282,9 @@ def test_chat_bodies_of_the_wrong_types_are_400(
 ) -> None:
     response = client.post("/chat", json=body)
     assert (response.status_code, response.json()) == (
-        400, error("/chat", "bad_request", f"invalid request body: {problem}"))
+        400,
+        error("/chat", "bad_request", f"invalid request body: {problem}"),
+    )
     nothing_changed(client, upstream)
 
 
@@ -226,10 +293,16 @@ COMPLETION_WRONG_TYPES = [
     ({"model": 5, "messages": []}, "'model' is required and must be a string", "model"),
     ({**COMPLETION, "messages": []}, "'messages' must be a non-empty array", "messages"),
     ({**COMPLETION, "messages": "hi"}, "'messages' must be a non-empty array", "messages"),
-    ({**COMPLETION, "messages": [{"content": "x"}]}, "messages[0] must be an object with a 'role'",
-     "messages[0]"),
-    ({**COMPLETION, "messages": [{"role": 1}]}, "messages[0] must be an object with a 'role'",
-     "messages[0]"),
+    (
+        {**COMPLETION, "messages": [{"content": "x"}]},
+        "messages[0] must be an object with a 'role'",
+        "messages[0]",
+    ),
+    (
+        {**COMPLETION, "messages": [{"role": 1}]},
+        "messages[0] must be an object with a 'role'",
+        "messages[0]",
+    ),
     ({**COMPLETION, "stream": "yes"}, "'stream' must be a boolean", "stream"),
 ]
 
@@ -239,8 +312,17 @@ def test_completion_bodies_of_the_wrong_types_are_400(
     client: TestClient, upstream: Any, body: Any, message: str, param: str | None
 ) -> None:
     response = client.post("/v1/chat/completions", json=body)
-    assert (response.status_code, response.json()) == (400, {"error": {
-        "code": "bad_request", "message": message, "type": "invalid_request_error", "param": param}})
+    assert (response.status_code, response.json()) == (
+        400,
+        {
+            "error": {
+                "code": "bad_request",
+                "message": message,
+                "type": "invalid_request_error",
+                "param": param,
+            }
+        },
+    )
     nothing_changed(client, upstream)
 
 
@@ -250,24 +332,53 @@ OLLAMA_WRONG_TYPES = [
     ("/api/chat", {"messages": []}, "model: Field required"),
     ("/api/chat", {"model": 5}, "model: Input should be a valid string"),
     ("/api/chat", {"model": ""}, "model: String should have at least 1 character"),
-    ("/api/chat", {"model": OLLAMA_MODEL, "messages": "hi"}, "messages: Input should be a valid list"),
-    ("/api/chat", {"model": OLLAMA_MODEL, "messages": [{"content": "x"}]},
-     "messages.0.role: Field required"),
-    ("/api/chat", {"model": OLLAMA_MODEL, "messages": [{"role": "user", "content": 3}]},
-     "messages.0.content: Input should be a valid string"),
-    ("/api/chat", {"model": OLLAMA_MODEL, "messages": [{"role": "user", "images": "abc"}]},
-     "messages.0.images: Input should be a valid list"),
+    (
+        "/api/chat",
+        {"model": OLLAMA_MODEL, "messages": "hi"},
+        "messages: Input should be a valid list",
+    ),
+    (
+        "/api/chat",
+        {"model": OLLAMA_MODEL, "messages": [{"content": "x"}]},
+        "messages.0.role: Field required",
+    ),
+    (
+        "/api/chat",
+        {"model": OLLAMA_MODEL, "messages": [{"role": "user", "content": 3}]},
+        "messages.0.content: Input should be a valid string",
+    ),
+    (
+        "/api/chat",
+        {"model": OLLAMA_MODEL, "messages": [{"role": "user", "images": "abc"}]},
+        "messages.0.images: Input should be a valid list",
+    ),
     ("/api/chat", {"model": OLLAMA_MODEL, "stream": 1}, "stream: Input should be a valid boolean"),
     ("/api/chat", {"model": OLLAMA_MODEL, "tools": {}}, "tools: Input should be a valid list"),
-    ("/api/chat", {"model": OLLAMA_MODEL, "options": {"temperature": "hot"}},
-     "options.temperature: Input should be a valid number"),
-    ("/api/chat", {"model": OLLAMA_MODEL, "options": {"num_predict": 1.5}},
-     "options.num_predict: Input should be a valid integer"),
-    ("/api/generate", {"model": OLLAMA_MODEL, "prompt": ["hi"]}, "prompt: Input should be a valid string"),
-    ("/api/generate", {"model": OLLAMA_MODEL, "prompt": "hi", "system": 1},
-     "system: Input should be a valid string"),
-    ("/api/generate", {"model": OLLAMA_MODEL, "prompt": "hi", "format": 1},
-     'format: Value error, format must be "json" or a JSON schema object'),
+    (
+        "/api/chat",
+        {"model": OLLAMA_MODEL, "options": {"temperature": "hot"}},
+        "options.temperature: Input should be a valid number",
+    ),
+    (
+        "/api/chat",
+        {"model": OLLAMA_MODEL, "options": {"num_predict": 1.5}},
+        "options.num_predict: Input should be a valid integer",
+    ),
+    (
+        "/api/generate",
+        {"model": OLLAMA_MODEL, "prompt": ["hi"]},
+        "prompt: Input should be a valid string",
+    ),
+    (
+        "/api/generate",
+        {"model": OLLAMA_MODEL, "prompt": "hi", "system": 1},
+        "system: Input should be a valid string",
+    ),
+    (
+        "/api/generate",
+        {"model": OLLAMA_MODEL, "prompt": "hi", "format": 1},
+        'format: Value error, format must be "json" or a JSON schema object',
+    ),
     ("/api/show", {"model": 1}, "model: Input should be a valid string"),
 ]
 
@@ -278,7 +389,9 @@ def test_ollama_bodies_of_the_wrong_types_are_400(
 ) -> None:
     response = client.post(path, json=body)
     assert (response.status_code, response.json()) == (
-        400, {"error": f"invalid request body: {problem}"})
+        400,
+        {"error": f"invalid request body: {problem}"},
+    )
     nothing_changed(client, upstream)
 
 
@@ -293,7 +406,8 @@ def test_ten_thousand_unknown_fields_are_400_with_a_bounded_answer(
     assert response.status_code == 400
     assert response.json() == error(path, "bad_request", ANY_MESSAGE)
     assert response.json()["error"]["message"].startswith(
-        "invalid request body: f0: Extra inputs are not permitted")
+        "invalid request body: f0: Extra inputs are not permitted"
+    )
     # An error names the problem; it does not echo every field back (a 145 KB body should
     # not buy a 390 KB answer).
     assert len(response.content) <= 4096, f"a {len(response.content)}-byte error body"
@@ -339,16 +453,21 @@ def test_a_nul_in_a_conversation_id_is_404_like_any_unknown_id(
     client: TestClient, upstream: Any, stream: bool
 ) -> None:
     for conversation_id in ("\x00", "abc\x00def", "\x00" * 36):
-        response = client.post("/chat", json={"message": "hi", "conversation_id": conversation_id,
-                                              "stream": stream})
-        assert (response.status_code, response.json()) == (404, error(
-            "/chat", "not_found", f"no conversation with id {conversation_id!r}"))
+        response = client.post(
+            "/chat", json={"message": "hi", "conversation_id": conversation_id, "stream": stream}
+        )
+        assert (response.status_code, response.json()) == (
+            404,
+            error("/chat", "not_found", f"no conversation with id {conversation_id!r}"),
+        )
     for path in ("/conversations/%00", "/conversations/abc%00def"):
         conversation_id = path.removeprefix("/conversations/").replace("%00", "\x00")
         for method in ("GET", "DELETE"):
             response = client.request(method, path)
-            assert (response.status_code, response.json()) == (404, error(
-                path, "not_found", f"no conversation with id {conversation_id!r}"))
+            assert (response.status_code, response.json()) == (
+                404,
+                error(path, "not_found", f"no conversation with id {conversation_id!r}"),
+            )
     nothing_changed(client, upstream)
 
 
@@ -385,9 +504,14 @@ def test_unicode_and_percent_encoded_keys_in_paths(
         assert (put.status_code, get.json()["key"], delete.status_code) == (201, key, 204)
         assert listing == []
         return
-    invalid = error("/memory/k", "invalid_key", (
-        f"invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
-        "starts with a letter, and is not 'export', 'history', 'nothing' or 'proposals'"))
+    invalid = error(
+        "/memory/k",
+        "invalid_key",
+        (
+            f"invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
+            "starts with a letter, and is not 'export', 'history', 'nothing' or 'proposals'"
+        ),
+    )
     for response in (put, get, delete):
         assert (response.status_code, response.json()) == (status, invalid)
     assert listing == []
@@ -395,8 +519,10 @@ def test_unicode_and_percent_encoded_keys_in_paths(
 
 def test_an_encoded_slash_is_another_path_not_a_key(client: TestClient) -> None:
     response = client.put("/memory/a%2Fb", json={"value": "v"})
-    assert (response.status_code, response.json()) == (404, error(
-        "/memory/a/b", "not_found", "no route PUT /memory/a/b"))
+    assert (response.status_code, response.json()) == (
+        404,
+        error("/memory/a/b", "not_found", "no route PUT /memory/a/b"),
+    )
     assert client.get("/memory").json()["memories"] == []
 
 
@@ -414,10 +540,12 @@ def as_service(user: str = "alice") -> dict[str, str]:
     return {"Authorization": f"Bearer {SERVICE_KEY}", "X-User-Id": user}
 
 
-HEADERS_TOO_LARGE = {"error": {
-    "code": "headers_too_large",
-    "message": "the request line and headers are over the limit of 65536 bytes",
-}}
+HEADERS_TOO_LARGE = {
+    "error": {
+        "code": "headers_too_large",
+        "message": "the request line and headers are over the limit of 65536 bytes",
+    }
+}
 
 
 @pytest.mark.parametrize(
@@ -447,10 +575,15 @@ def test_oversized_headers_are_431_and_the_server_keeps_serving(
 def test_a_huge_user_id_header_is_400_with_a_bounded_message(server: LiveServer) -> None:
     with httpx.Client(base_url=server.url, timeout=20) as http:
         response = http.get("/memory", headers=as_service("a" * 60_000))
-        assert (response.status_code, response.json()) == (400, {"error": {
-            "code": "bad_request",
-            "message": f"invalid user id {'a' * 140!r}: use 1-128 characters of A-Z, a-z, 0-9, . _ @ -",
-        }})
+        assert (response.status_code, response.json()) == (
+            400,
+            {
+                "error": {
+                    "code": "bad_request",
+                    "message": f"invalid user id {'a' * 140!r}: use 1-128 characters of A-Z, a-z, 0-9, . _ @ -",
+                }
+            },
+        )
         wrong_key = http.get("/memory", headers={"Authorization": "Bearer " + "k" * 60_000})
         assert wrong_key.status_code == 401
         assert http.get("/memory", headers=as_service()).status_code == 200
@@ -474,7 +607,10 @@ def test_a_huge_request_line_is_refused_and_the_server_keeps_serving(server: Liv
 # upstream all the same.
 @pytest.mark.filterwarnings("ignore:Sending a large body directly:ResourceWarning")
 def test_the_agent_reads_at_most_max_input_tokens_of_a_5_mb_message(
-    make_client: MakeClient, chat_sections: Any, upstream: Any, tokens: TokenCounter,
+    make_client: MakeClient,
+    chat_sections: Any,
+    upstream: Any,
+    tokens: TokenCounter,
     database: Database,
 ) -> None:
     client = make_client(**chat_sections(server={"max_body_bytes": 6_000_000}))
@@ -507,10 +643,16 @@ BAD_NUMBERS = [
     ("infinity", b"Infinity", "the JSON body holds Infinity, which is not a JSON number"),
     ("minus-infinity", b"-Infinity", "the JSON body holds -Infinity, which is not a JSON number"),
     ("overflowing-float", b"1e999", "the JSON body holds a number out of range (1e999)"),
-    ("int-over-64-bits", b"9223372036854775808",
-     "the JSON body holds an integer outside the signed 64-bit range (9223372036854775808)"),
-    ("int-under-64-bits", b"-9223372036854775809",
-     "the JSON body holds an integer outside the signed 64-bit range (-9223372036854775809)"),
+    (
+        "int-over-64-bits",
+        b"9223372036854775808",
+        "the JSON body holds an integer outside the signed 64-bit range (9223372036854775808)",
+    ),
+    (
+        "int-under-64-bits",
+        b"-9223372036854775809",
+        "the JSON body holds an integer outside the signed 64-bit range (-9223372036854775809)",
+    ),
 ]
 # Each route's accepted body with a number spliced in where the route would read it, or
 # where it would pass it on (`options` of /api/chat, `temperature` of /v1).
@@ -518,28 +660,46 @@ NUMBER_BODIES = [
     ("PUT", "/memory/k", b'{"value": "v", "n": %s}'),
     ("PATCH", "/preferences", b'{"memories": [%s]}'),
     ("POST", "/chat", b'{"message": "hi", "max_turns": %s}'),
-    ("POST", "/v1/chat/completions",
-     b'{"model": "openai/main-model", "temperature": %s, '
-     b'"messages": [{"role": "user", "content": "hi"}]}'),
-    ("POST", "/api/chat",
-     b'{"model": "openai/main-model", "options": {"temperature": %s}, '
-     b'"messages": [{"role": "user", "content": "hi"}]}'),
+    (
+        "POST",
+        "/v1/chat/completions",
+        b'{"model": "openai/main-model", "temperature": %s, '
+        b'"messages": [{"role": "user", "content": "hi"}]}',
+    ),
+    (
+        "POST",
+        "/api/chat",
+        b'{"model": "openai/main-model", "options": {"temperature": %s}, '
+        b'"messages": [{"role": "user", "content": "hi"}]}',
+    ),
     ("POST", "/api/generate", b'{"model": "openai/main-model", "prompt": "hi", "keep_alive": %s}'),
     ("POST", "/api/show", b'{"model": "openai/main-model", "verbose": %s}'),
     ("POST", "/memory/context", b'{"messages": [], "n": %s}'),
-    ("POST", "/memory/agent",
-     b'{"messages": [{"role": "user", "content": "hi"}], "deadline_seconds": %s}'),
+    (
+        "POST",
+        "/memory/agent",
+        b'{"messages": [{"role": "user", "content": "hi"}], "deadline_seconds": %s}',
+    ),
     ("POST", "/memory/import", b'{"format": "kvmem.memory.v1", "memories": [%s]}'),
 ]
 
 
-@pytest.mark.parametrize(("method", "path", "template"), NUMBER_BODIES,
-                         ids=[path for _, path, _ in NUMBER_BODIES])
-@pytest.mark.parametrize(("kind", "number", "message"), BAD_NUMBERS,
-                         ids=[kind for kind, _, _ in BAD_NUMBERS])
+@pytest.mark.parametrize(
+    ("method", "path", "template"), NUMBER_BODIES, ids=[path for _, path, _ in NUMBER_BODIES]
+)
+@pytest.mark.parametrize(
+    ("kind", "number", "message"), BAD_NUMBERS, ids=[kind for kind, _, _ in BAD_NUMBERS]
+)
 def test_nan_infinity_and_integers_outside_64_bits_are_400_on_every_route(
-    make_client: MakeClient, chat_sections: Any, upstream: Any,
-    method: str, path: str, template: bytes, kind: str, number: bytes, message: str,
+    make_client: MakeClient,
+    chat_sections: Any,
+    upstream: Any,
+    method: str,
+    path: str,
+    template: bytes,
+    kind: str,
+    number: bytes,
+    message: str,
 ) -> None:
     """One check of every body's numbers: refused with kvmem's (or Ollama's, or OpenAI's)
     400 before any validation, model call or write, and never forwarded upstream."""
@@ -553,12 +713,22 @@ def test_mcp_refuses_nan_before_its_transport_parses_the_body(
     make_client: MakeClient, chat_sections: Any, upstream: Any
 ) -> None:
     client = make_client(**chat_sections())
-    call = (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": '
-            b'"set_memory", "arguments": {"key": "k", "value": "v", "n": NaN}}}')
-    response = client.post("/mcp", content=call, headers={
-        "content-type": "application/json", "accept": "application/json, text/event-stream"})
-    assert (response.status_code, response.json()) == (400, error("/mcp", "bad_request",
-        "the JSON body holds NaN, which is not a JSON number"))
+    call = (
+        b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": '
+        b'"set_memory", "arguments": {"key": "k", "value": "v", "n": NaN}}}'
+    )
+    response = client.post(
+        "/mcp",
+        content=call,
+        headers={
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+        },
+    )
+    assert (response.status_code, response.json()) == (
+        400,
+        error("/mcp", "bad_request", "the JSON body holds NaN, which is not a JSON number"),
+    )
     nothing_changed(client, upstream)
 
 
@@ -568,9 +738,18 @@ def test_max_turns_of_2_to_the_62_reads_the_whole_conversation(
     """Inside 64 bits, but twice it is not: the history query stays within the range."""
     upstream.script(MAIN_MODEL, Reply(content="first"), Reply(content="second"))
     first = client.post("/chat", json={"message": "hi", "memory": False})
-    second = client.post("/chat", json={
-        "message": "again", "conversation_id": first.json()["conversation_id"],
-        "max_turns": 2**62, "memory": False})
+    second = client.post(
+        "/chat",
+        json={
+            "message": "again",
+            "conversation_id": first.json()["conversation_id"],
+            "max_turns": 2**62,
+            "memory": False,
+        },
+    )
     assert (second.status_code, second.json()["response"]) == (200, "second")
     assert [m["content"] for m in upstream.received(MAIN_MODEL)[-1].messages[1:]] == [
-        "hi", "first", "again"]
+        "hi",
+        "first",
+        "again",
+    ]

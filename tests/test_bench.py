@@ -14,8 +14,15 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = {"latency", "litellm_path", "streaming", "memory_path", "writes", "agent_bound",
-            "footprint"}
+SECTIONS = {
+    "latency",
+    "litellm_path",
+    "streaming",
+    "memory_path",
+    "writes",
+    "agent_bound",
+    "footprint",
+}
 
 
 def test_quick_benchmark_runs_every_section(tmp_path: Path) -> None:

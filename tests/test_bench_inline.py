@@ -14,7 +14,10 @@ REPO = Path(__file__).resolve().parents[1]
 def test_quick_inline_benchmark_runs() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tests.bench.inline", "--quick"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     # The separate agent's calls are what the upstream received (one may be cut off at its

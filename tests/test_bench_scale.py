@@ -12,10 +12,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ROUTES = {
-    "GET /memory", "GET /memory/{key}", "PUT /memory/{key}", "GET /memory/history",
-    "GET /memory/{key}/history", "GET /memory/export", "POST /memory/context",
-    "GET /preferences", "GET /conversations", "GET /conversations/{id}",
-    "POST /v1/chat/completions", "DELETE /me",
+    "GET /memory",
+    "GET /memory/{key}",
+    "PUT /memory/{key}",
+    "GET /memory/history",
+    "GET /memory/{key}/history",
+    "GET /memory/export",
+    "POST /memory/context",
+    "GET /preferences",
+    "GET /conversations",
+    "GET /conversations/{id}",
+    "POST /v1/chat/completions",
+    "DELETE /me",
 }
 
 
@@ -23,20 +31,33 @@ def test_quick_scale_benchmark_answers_every_route_without_error(tmp_path: Path)
     out = tmp_path / "results"
     process = subprocess.run(
         [sys.executable, "-m", "tests.bench.scale", "--quick", "--out", str(out)],
-        cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert process.returncode == 0, (process.stdout + process.stderr)[-4000:]
     results = json.loads((out / "scale.json").read_text())
     assert results["errors"] == []
     assert (results["conditions"]["users"], results["conditions"]["quick"]) == (20_000, True)
-    counts = {name: {label: row["n"] for label, row in by.items()}
-              for name, by in results["routes"].items()}
-    assert counts == {name: {"empty": 4 if name == "DELETE /me" else 3,
-                             "filled": 4 if name == "DELETE /me" else 3} for name in ROUTES}
+    counts = {
+        name: {label: row["n"] for label, row in by.items()}
+        for name, by in results["routes"].items()
+    }
+    assert counts == {
+        name: {
+            "empty": 4 if name == "DELETE /me" else 3,
+            "filled": 4 if name == "DELETE /me" else 3,
+        }
+        for name in ROUTES
+    }
     assert results["sweep"]["n"] > 0
     assert {label: row["errors"] for label, row in results["writers"].items()} == {
-        "empty": 0, "filled": 0}
+        "empty": 0,
+        "filled": 0,
+    }
     assert {row["result"] for row in results["targets"]} == {"not judged (quick)"}
     assert (out / "scale.md").read_text() == process.stdout.rstrip("\n") + "\n"
     assert (out / "scale.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

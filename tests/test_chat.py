@@ -34,8 +34,9 @@ NO_AGENT = {"agent": None}
 
 def block(*lines: str) -> str:
     """The system message with a memory block of `lines`."""
-    return "\n".join([f"{SYSTEM_PROMPT}\n\n{BLOCK_PREAMBLE}", "<user_memory>", *lines,
-                      "</user_memory>"])
+    return "\n".join(
+        [f"{SYSTEM_PROMPT}\n\n{BLOCK_PREAMBLE}", "<user_memory>", *lines, "</user_memory>"]
+    )
 
 
 def dates(client) -> dict[str, str]:
@@ -43,8 +44,13 @@ def dates(client) -> dict[str, str]:
     return {m["key"]: m["updated_at"][:10] for m in client.get("/memory").json()["memories"]}
 
 
-def reply(conversation_id: str, response: str, injected: list[str], agent: str,
-          updates: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def reply(
+    conversation_id: str,
+    response: str,
+    injected: list[str],
+    agent: str,
+    updates: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     return {
         "conversation_id": conversation_id,
         "response": response,
@@ -67,8 +73,10 @@ def test_entries_are_injected_oldest_first(upstream, chat_sections, make_client)
     assert body == reply(body["conversation_id"], "ok", ["city", "name"], "disabled")
     (main,) = upstream.received(MAIN_MODEL)
     assert main.messages == [
-        {"role": "system",
-         "content": block(f"[{day['city']}] city: Rome", f"[{day['name']}] name: Ada Lovelace")},
+        {
+            "role": "system",
+            "content": block(f"[{day['city']}] city: Rome", f"[{day['name']}] name: Ada Lovelace"),
+        },
         {"role": "user", "content": "Where do I live?"},
     ]
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", day["city"])
@@ -78,8 +86,13 @@ def test_each_change_of_memory_reaches_the_next_block(upstream, chat_sections, m
     """The block is rendered again after every change (it is reused only while the user's
     memory is unchanged)."""
     client = make_client(**chat_sections(memory=NO_AGENT))
-    steps = [("PUT", "name", "Ada"), ("PUT", "name", "Ada Lovelace"), ("PUT", "city", "Rome"),
-             ("DELETE", "name", None), ("DELETE", "city", None)]
+    steps = [
+        ("PUT", "name", "Ada"),
+        ("PUT", "name", "Ada Lovelace"),
+        ("PUT", "city", "Rome"),
+        ("DELETE", "name", None),
+        ("DELETE", "city", None),
+    ]
     seen = []
     for method, key, value in steps:
         body = {"value": value} if value is not None else None
@@ -88,8 +101,12 @@ def test_each_change_of_memory_reaches_the_next_block(upstream, chat_sections, m
             assert client.post("/chat", json={"message": "hi"}).status_code == 200
             seen.append(upstream.received(MAIN_MODEL)[-1].system)
     assert [("Ada Lovelace" in s, "Rome" in s, "Ada" in s) for s in seen[::2]] == [
-        (False, False, True), (True, False, True), (True, True, True), (False, True, False),
-        (False, False, False)]
+        (False, False, True),
+        (True, False, True),
+        (True, True, True),
+        (False, True, False),
+        (False, False, False),
+    ]
     assert seen[1::2] == seen[::2]
     assert "<user_memory>" not in seen[-1]
 
@@ -139,7 +156,8 @@ def test_no_block_without_entries(upstream, chat_sections, make_client):
 def assert_plain_request(upstream) -> None:
     """The last main request carried no memory block and no agent request was made."""
     assert upstream.received(MAIN_MODEL)[-1].messages[0] == {
-        "role": "system", "content": SYSTEM_PROMPT,
+        "role": "system",
+        "content": SYSTEM_PROMPT,
     }
     assert upstream.received(AGENT_MODEL) == []
 
@@ -238,7 +256,7 @@ def test_hostile_values_cannot_break_out_of_the_block(upstream, chat_sections, m
     prefix = f"{SYSTEM_PROMPT}\n\n{BLOCK_PREAMBLE}\n<user_memory>\n"
     assert system.startswith(prefix) and system.endswith("\n</user_memory>")
     assert system.count("<user_memory>") == 1 and system.count("</user_memory>") == 1
-    lines = system[len(prefix):-len("\n</user_memory>")].splitlines()
+    lines = system[len(prefix) : -len("\n</user_memory>")].splitlines()
     assert len(lines) == len(keys)
     for line, key in zip(lines, keys, strict=True):
         match = re.fullmatch(r"\[\d{4}-\d{2}-\d{2}\] ([a-z0-9_]+): (.*)", line)
@@ -300,8 +318,16 @@ def test_a_streamed_reply_sends_deltas_memory_and_done(upstream, chat_sections, 
         ("delta", {"content": "Hello"}),
         ("delta", {"content": " there"}),
         ("delta", {"content": " world"}),
-        ("done", reply(conversation_id, "Hello there world", [], "done",
-                       [{"op": "set", "key": "name", "value": "Ada"}])),
+        (
+            "done",
+            reply(
+                conversation_id,
+                "Hello there world",
+                [],
+                "done",
+                [{"op": "set", "key": "name", "value": "Ada"}],
+            ),
+        ),
     ]
     assert [event for event in events if event[0] == "memory"] == [
         ("memory", {"op": "set", "key": "name", "value": "Ada"}),
@@ -309,7 +335,8 @@ def test_a_streamed_reply_sends_deltas_memory_and_done(upstream, chat_sections, 
     assert events[0][0] == "delta"  # the first delta never waits for the agent
     messages = client.get(f"/conversations/{conversation_id}").json()["messages"]
     assert [(m["role"], m["content"]) for m in messages] == [
-        ("user", "Remember my name is Ada."), ("assistant", "Hello there world"),
+        ("user", "Remember my name is Ada."),
+        ("assistant", "Hello there world"),
     ]
 
 
@@ -325,9 +352,12 @@ def test_a_write_that_lands_before_the_first_delta_follows_it(upstream, chat_sec
     # reply starts with the first delta.
     assert events[0] == ("delta", {"content": "Hello"})
     assert [e for e in events if e[0] == "memory"] == [
-        ("memory", {"op": "set", "key": "name", "value": "Ada"})]
+        ("memory", {"op": "set", "key": "name", "value": "Ada"})
+    ]
     assert [e for e in events if e[0] == "delta"] == [
-        ("delta", {"content": "Hello"}), ("delta", {"content": " Ada"})]
+        ("delta", {"content": "Hello"}),
+        ("delta", {"content": " Ada"}),
+    ]
     assert events[-1][0] == "done"
 
 
@@ -428,8 +458,10 @@ def test_a_streamed_timeout_before_the_first_delta_is_a_json_504(
     elapsed = time.monotonic() - started
     assert response.status_code == 504
     assert response.json() == {
-        "error": {"code": "upstream_timeout",
-                  "message": "the model did not answer within 1 seconds"}
+        "error": {
+            "code": "upstream_timeout",
+            "message": "the model did not answer within 1 seconds",
+        }
     }
     assert timeout <= elapsed < at_most(timeout)
     assert client.get("/conversations").json() == {"conversations": [], "next": None}
@@ -503,8 +535,11 @@ def test_a_reader_leaving_while_the_agent_works_leaves_no_task_behind(
     with client.stream("POST", "/chat", json={"message": "hi", "stream": True}) as response:
         lines = response.iter_lines()
         assert [next(lines) for _ in range(5)] == [
-            "event: delta", 'data: {"content": "o"}', "",
-            "event: delta", 'data: {"content": "k"}',
+            "event: delta",
+            'data: {"content": "o"}',
+            "",
+            "event: delta",
+            'data: {"content": "k"}',
         ]
         # The turn is stored just before the stream starts waiting for the agent's writes.
         wait_until(lambda: len(client.get("/conversations").json()["conversations"]) == 2)
@@ -527,8 +562,10 @@ def test_an_upstream_timeout_answers_504_after_chat_timeout(upstream, chat_secti
     elapsed = time.monotonic() - started
     assert response.status_code == 504
     assert response.json() == {
-        "error": {"code": "upstream_timeout",
-                  "message": "the model did not answer within 1 seconds"}
+        "error": {
+            "code": "upstream_timeout",
+            "message": "the model did not answer within 1 seconds",
+        }
     }
     assert timeout <= elapsed < at_most(timeout)
     (main,) = upstream.received(MAIN_MODEL)  # one attempt, no retry
@@ -539,8 +576,11 @@ def test_an_upstream_429_passes_retry_after_through(upstream, chat_sections, mak
     client = make_client(**chat_sections(memory=NO_AGENT))
     upstream.script(
         MAIN_MODEL,
-        Reply(status=429, headers={"Retry-After": "7"},
-              error={"error": {"message": "slow down", "type": "rate_limit"}}),
+        Reply(
+            status=429,
+            headers={"Retry-After": "7"},
+            error={"error": {"message": "slow down", "type": "rate_limit"}},
+        ),
     )
     response = client.post("/chat", json={"message": "hi"})
     assert response.status_code == 429
@@ -567,8 +607,11 @@ def test_an_upstream_500_is_one_attempt(upstream, chat_sections, make_client):
     response = client.post("/chat", json={"message": "hi"})
     assert response.status_code == 502
     assert response.json() == {
-        "error": {"code": "upstream_error", "message": Containing("scripted 500"),
-                  "upstream_status": 500}
+        "error": {
+            "code": "upstream_error",
+            "message": Containing("scripted 500"),
+            "upstream_status": 500,
+        }
     }
     assert len(upstream.received(MAIN_MODEL)) == 1
     wait_agents_idle(client)
@@ -587,28 +630,57 @@ def test_an_upstream_answer_of_the_wrong_shape_is_a_502_and_nothing_is_stored(
         ("nope", "choices is not an array"),
         (["nope"], "choices[0] is not an object"),
         ([{"index": 0}], "choices[0].message is missing or not an object"),
-        ([{"index": 0, "message": {"role": "assistant", "content": 7}}],
-         "the message's content is not a string"),
+        (
+            [{"index": 0, "message": {"role": "assistant", "content": 7}}],
+            "the message's content is not a string",
+        ),
     ]:
         upstream.script(MAIN_MODEL, Reply(raw=json.dumps({**answer, "choices": choices}).encode()))
         response = client.post("/chat", json={"message": "hi"})
-        assert (response.status_code, response.json()) == (502, {"error": {
-            "code": "upstream_error", "message": error.format(problem), "upstream_status": 200}})
+        assert (response.status_code, response.json()) == (
+            502,
+            {
+                "error": {
+                    "code": "upstream_error",
+                    "message": error.format(problem),
+                    "upstream_status": 200,
+                }
+            },
+        )
 
-    first = {**answer, "object": "chat.completion.chunk",
-             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "a"}}]}
-    for choices, problem in [("nope", "a chunk's choices is not an array"),
-                             ([{"index": 0, "delta": "b"}], "a chunk's delta is not an object"),
-                             ([{"index": 0, "delta": {"content": 7}}],
-                              "a delta's content is not a string")]:
+    first = {
+        **answer,
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "a"}}],
+    }
+    for choices, problem in [
+        ("nope", "a chunk's choices is not an array"),
+        ([{"index": 0, "delta": "b"}], "a chunk's delta is not an object"),
+        ([{"index": 0, "delta": {"content": 7}}], "a delta's content is not a string"),
+    ]:
         events = [first, {**first, "choices": choices}]
-        upstream.script(MAIN_MODEL, Reply(raw=b"".join(
-            b"data: " + json.dumps(event).encode() + b"\n\n" for event in events
-        ) + b"data: [DONE]\n\n"))
+        upstream.script(
+            MAIN_MODEL,
+            Reply(
+                raw=b"".join(b"data: " + json.dumps(event).encode() + b"\n\n" for event in events)
+                + b"data: [DONE]\n\n"
+            ),
+        )
         response = client.post("/chat", json={"message": "hi", "stream": True})
-        assert (response.status_code, sse_events(response.text)) == (200, [
-            ("delta", {"content": "a"}),
-            ("error", {"error": {"code": "upstream_error", "message": error.format(problem),
-                                 "upstream_status": 200}}),
-        ])
+        assert (response.status_code, sse_events(response.text)) == (
+            200,
+            [
+                ("delta", {"content": "a"}),
+                (
+                    "error",
+                    {
+                        "error": {
+                            "code": "upstream_error",
+                            "message": error.format(problem),
+                            "upstream_status": 200,
+                        }
+                    },
+                ),
+            ],
+        )
     assert client.get("/conversations").json() == {"conversations": [], "next": None}

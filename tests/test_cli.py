@@ -70,10 +70,17 @@ def stored(store: MemoryStore, user: str = "local") -> list[tuple[str, str, str]
 def test_memory_set_get_list_delete_clear(kvmem: Callable[..., Result], folder: Path) -> None:
     created = kvmem("memory", "set", "facts", "  Lives in Lyon  ")
     assert (created.code, created.stderr) == (0, "")
-    assert created.json() == {"memory": entry("facts", "Lives in Lyon", 3), "total_tokens": 3, "token_limit": 20}
+    assert created.json() == {
+        "memory": entry("facts", "Lives in Lyon", 3),
+        "total_tokens": 3,
+        "token_limit": 20,
+    }
 
     piped = kvmem("memory", "set", "likes", "-", input="tea\n")
-    assert (piped.code, piped.json()) == (0, {"memory": entry("likes", "tea", 1), "total_tokens": 4, "token_limit": 20})
+    assert (piped.code, piped.json()) == (
+        0,
+        {"memory": entry("likes", "tea", 1), "total_tokens": 4, "token_limit": 20},
+    )
 
     got, listing, other_user = run_all(
         [
@@ -103,7 +110,11 @@ def test_memory_set_get_list_delete_clear(kvmem: Callable[..., Result], folder: 
     cleared = kvmem("memory", "clear")
     assert (cleared.code, cleared.json()) == (0, {"deleted": 1})
     gone = kvmem("memory", "get", "likes")
-    assert (gone.code, gone.stdout, gone.stderr) == (1, "", "kvmem: not_found: no memory with key 'likes'\n")
+    assert (gone.code, gone.stdout, gone.stderr) == (
+        1,
+        "",
+        "kvmem: not_found: no memory with key 'likes'\n",
+    )
 
 
 def test_errors_are_the_rest_errors_with_exit_1(store: MemoryStore, folder: Path) -> None:
@@ -111,14 +122,22 @@ def test_errors_are_the_rest_errors_with_exit_1(store: MemoryStore, folder: Path
     cases: list[tuple[list[str], int, str]] = [
         (["memory", "delete", "likes"], 1, "not_found: no memory with key 'likes'"),
         (["memory", "set", "Bad", "v"], 1, "invalid_key: " + INVALID_KEY_MESSAGE.format(key="Bad")),
-        (["memory", "get", "nothing"], 1, "invalid_key: " + INVALID_KEY_MESSAGE.format(key="nothing")),
+        (
+            ["memory", "get", "nothing"],
+            1,
+            "invalid_key: " + INVALID_KEY_MESSAGE.format(key="nothing"),
+        ),
         (
             ["memory", "set", "hobby", "v"],
             1,
             "key_not_allowed: key 'hobby' is not allowed; valid keys: facts, likes, dislikes, job",
         ),
         (["memory", "set", "likes", "   "], 1, "empty_value: the value is empty"),
-        (["memory", "set", "likes", "x" * 121], 1, "value_too_long: the value is 121 characters; the limit is 120"),
+        (
+            ["memory", "set", "likes", "x" * 121],
+            1,
+            "value_too_long: the value is 121 characters; the limit is 120",
+        ),
         (
             ["memory", "set", "likes", "hello hello hello"],
             1,
@@ -132,7 +151,9 @@ def test_errors_are_the_rest_errors_with_exit_1(store: MemoryStore, folder: Path
     ]
     results = run_all([["--config", "memory.yaml", *args] for args, _, _ in cases], folder)
     for (args, code, message), result in zip(cases, results, strict=True):
-        assert (result.code, result.stdout, result.stderr) == (code, "", f"kvmem: {message}\n"), args
+        assert (result.code, result.stdout, result.stderr) == (code, "", f"kvmem: {message}\n"), (
+            args
+        )
     # Nothing was written by the refused commands.
     assert stored(store) == [("facts", " ".join(["hello"] * 18), "manual")]
 
@@ -165,7 +186,8 @@ def test_export_and_import(store: MemoryStore, folder: Path) -> None:
     # Into another user: every entry, source "import". Into this one: the others stay. The
     # older shape without "format" is still read.
     (folder / "one.json").write_text(
-        json.dumps({"user": "local", "memories": [{"key": "job", "value": "baker"}]}), encoding="utf-8"
+        json.dumps({"user": "local", "memories": [{"key": "job", "value": "baker"}]}),
+        encoding="utf-8",
     )
     to_bob, merged = run_all(
         [
@@ -180,16 +202,22 @@ def test_export_and_import(store: MemoryStore, folder: Path) -> None:
         0,
         {"imported": 1, "deleted": 0, "total_tokens": 6, "token_limit": 20},
     )
-    assert stored(store, "bob") == [("facts", "Lives in Lyon", "import"), ("likes", "tea", "import")]
+    assert stored(store, "bob") == [
+        ("facts", "Lives in Lyon", "import"),
+        ("likes", "tea", "import"),
+    ]
     assert stored(store) == [
         ("facts", "Lives in Lyon", "manual"),
         ("likes", "tea", "manual"),
         ("job", "baker", "import"),
     ]
     # With --replace the other entries go.
-    replaced = run(["--config", "memory.yaml", "memory", "import", "one.json", "--replace"], cwd=folder)
+    replaced = run(
+        ["--config", "memory.yaml", "memory", "import", "one.json", "--replace"], cwd=folder
+    )
     assert (replaced.code, replaced.json()) == (
-        0, {"imported": 1, "deleted": 2, "total_tokens": 2, "token_limit": 20}
+        0,
+        {"imported": 1, "deleted": 2, "total_tokens": 2, "token_limit": 20},
     )
     assert stored(store) == [("job", "baker", "import")]
 
@@ -198,12 +226,17 @@ def test_import_is_all_or_nothing(store: MemoryStore, folder: Path) -> None:
     store.set("local", "facts", "Lives in Lyon")
     documents = {
         "bad_key.json": [{"key": "likes", "value": "tea"}, {"key": "Bad", "value": "x"}],
-        "too_big.json": [{"key": "likes", "value": "tea"}, {"key": "job", "value": " ".join(["hello"] * 20)}],
+        "too_big.json": [
+            {"key": "likes", "value": "tea"},
+            {"key": "job", "value": " ".join(["hello"] * 20)},
+        ],
     }
     for name, memories in documents.items():
         (folder / name).write_text(json.dumps({"memories": memories}), encoding="utf-8")
     (folder / "broken.json").write_text("{not json", encoding="utf-8")
-    (folder / "wrong_shape.json").write_text(json.dumps({"memories": [{"key": "likes"}]}), encoding="utf-8")
+    (folder / "wrong_shape.json").write_text(
+        json.dumps({"memories": [{"key": "likes"}]}), encoding="utf-8"
+    )
 
     commands = [
         ["memory", "import", "bad_key.json"],
@@ -214,7 +247,9 @@ def test_import_is_all_or_nothing(store: MemoryStore, folder: Path) -> None:
     results = run_all([["--config", "memory.yaml", *c] for c in commands], folder)
     assert [(r.code, r.stdout) for r in results] == [(1, ""), (1, ""), (2, ""), (2, "")]
     assert results[0].stderr == (
-        "kvmem: invalid_key: memories[1] (key 'Bad'): " + INVALID_KEY_MESSAGE.format(key="Bad") + "\n"
+        "kvmem: invalid_key: memories[1] (key 'Bad'): "
+        + INVALID_KEY_MESSAGE.format(key="Bad")
+        + "\n"
     )
     assert results[1].stderr == (
         "kvmem: memory_full: importing 21 tokens would take memory over the limit of 20 tokens "
@@ -227,7 +262,10 @@ def test_import_is_all_or_nothing(store: MemoryStore, folder: Path) -> None:
 
 def history_of(result: Result) -> list[tuple[str, str, str | None, str | None, str]]:
     """A printed history page as (key, op, old, new, source), newest first."""
-    return [(c["key"], c["op"], c["old_value"], c["new_value"], c["source"]) for c in result.json()["changes"]]
+    return [
+        (c["key"], c["op"], c["old_value"], c["new_value"], c["source"])
+        for c in result.json()["changes"]
+    ]
 
 
 def test_memory_history_and_revert(kvmem: Callable[..., Result], store: MemoryStore) -> None:
@@ -257,7 +295,11 @@ def test_memory_history_and_revert(kvmem: Callable[..., Result], store: MemorySt
     to_tea = likes.json()["changes"][1]["id"]
     reverted = kvmem("memory", "revert", "likes", str(to_tea))
     assert (reverted.code, reverted.stderr) == (0, "")
-    assert reverted.json() == {"memory": entry("likes", "tea", 1, "revert"), "total_tokens": 3, "token_limit": 20}
+    assert reverted.json() == {
+        "memory": entry("likes", "tea", 1, "revert"),
+        "total_tokens": 3,
+        "token_limit": 20,
+    }
     assert stored(store) == [("job", "baker", "manual"), ("likes", "tea", "revert")]
     # The CLI's own writes are recorded too.
     assert kvmem("memory", "set", "likes", "green tea").code == 0
@@ -274,40 +316,74 @@ def test_memory_history_and_revert(kvmem: Callable[..., Result], store: MemorySt
         kvmem("memory", "revert", "likes", "one"),
     )
     assert (refused.code, refused.stdout, refused.stderr) == (
-        1, "", f"kvmem: not_found: no change {alices_change} of key 'likes'\n"
+        1,
+        "",
+        f"kvmem: not_found: no change {alices_change} of key 'likes'\n",
     )
     assert (malformed.code, malformed.stdout) == (2, "")
     assert "'one' is not a valid integer" in malformed.stderr
     assert stored(store, "alice") == [("likes", "alice's tea", "manual")]
 
 
-def test_memory_proposals_accept_reject(kvmem: Callable[..., Result], store: MemoryStore,
-                                        folder: Path) -> None:
+def test_memory_proposals_accept_reject(
+    kvmem: Callable[..., Result], store: MemoryStore, folder: Path
+) -> None:
     proposals = ProposalStore(store)
     proposals.propose("local", "likes", "tea", conversation_id="conv-1")  # id 1
     proposals.propose("local", "job", "one two three four five six", conversation_id="conv-2")
     proposals.propose("alice", "facts", "alice's")  # id 3
     store.set("local", "facts", " ".join(["hello"] * 16))
-    listed, alices = run_all([["--config", "memory.yaml", "memory", "proposals"],
-                              ["--config", "memory.yaml", "memory", "proposals", "--user", "alice"]],
-                             folder)
-    assert (listed.code, listed.json()) == (0, {"proposals": [
-        {"id": 2, "key": "job", "op": "set", "value": "one two three four five six",
-         "conversation_id": "conv-2", "created_at": ISO_TIME},
-        {"id": 1, "key": "likes", "op": "set", "value": "tea", "conversation_id": "conv-1",
-         "created_at": ISO_TIME},
-    ]})
+    listed, alices = run_all(
+        [
+            ["--config", "memory.yaml", "memory", "proposals"],
+            ["--config", "memory.yaml", "memory", "proposals", "--user", "alice"],
+        ],
+        folder,
+    )
+    assert (listed.code, listed.json()) == (
+        0,
+        {
+            "proposals": [
+                {
+                    "id": 2,
+                    "key": "job",
+                    "op": "set",
+                    "value": "one two three four five six",
+                    "conversation_id": "conv-2",
+                    "created_at": ISO_TIME,
+                },
+                {
+                    "id": 1,
+                    "key": "likes",
+                    "op": "set",
+                    "value": "tea",
+                    "conversation_id": "conv-1",
+                    "created_at": ISO_TIME,
+                },
+            ]
+        },
+    )
     assert [p["id"] for p in alices.json()["proposals"]] == [3]
 
     kept = kvmem("memory", "accept", "1")
-    assert (kept.code, kept.stderr, kept.json()) == (0, "", {
-        "memory": entry("likes", "tea", 1, source="agent"), "total_tokens": 17, "token_limit": 20})
+    assert (kept.code, kept.stderr, kept.json()) == (
+        0,
+        "",
+        {"memory": entry("likes", "tea", 1, source="agent"), "total_tokens": 17, "token_limit": 20},
+    )
     full = kvmem("memory", "accept", "2")
-    assert (full.code, full.stdout, full.stderr) == (1, "", "kvmem: memory_full: storing 6 tokens "
-                                                     "would take memory to 23 tokens, over the limit of 20\n")
+    assert (full.code, full.stdout, full.stderr) == (
+        1,
+        "",
+        "kvmem: memory_full: storing 6 tokens "
+        "would take memory to 23 tokens, over the limit of 20\n",
+    )
     others = kvmem("memory", "accept", "3")
     assert (others.code, others.stdout, others.stderr) == (
-        1, "", "kvmem: not_found: no pending proposal 3\n")
+        1,
+        "",
+        "kvmem: not_found: no pending proposal 3\n",
+    )
     rejected = kvmem("memory", "reject", "2")
     assert (rejected.code, rejected.stdout, rejected.stderr) == (0, "rejected 2\n", "")
     again = kvmem("memory", "reject", "2")
@@ -326,15 +402,24 @@ def test_user_erase(kvmem: Callable[..., Result], store: MemoryStore, folder: Pa
 
     unconfirmed = kvmem("user", "erase", "--user", "alice", input="y\n")
     assert (unconfirmed.code, unconfirmed.stdout, unconfirmed.stderr) == (
-        2, "", "kvmem: refusing to erase without --yes when standard input is not a terminal\n"
+        2,
+        "",
+        "kvmem: refusing to erase without --yes when standard input is not a terminal\n",
     )
     assert stored(store, "alice") == [("likes", "coffee", "manual")]
 
     erased = kvmem("user", "erase", "--user", "alice", "--yes")
     assert (erased.code, erased.stderr) == (0, "")
     assert erased.json() == {
-        "deleted": {"memories": 1, "changes": 2, "conversations": 0, "messages": 0,
-                    "keys": 1, "sessions": 0, "agent_runs": 0}
+        "deleted": {
+            "memories": 1,
+            "changes": 2,
+            "conversations": 0,
+            "messages": 0,
+            "keys": 1,
+            "sessions": 0,
+            "agent_runs": 0,
+        }
     }
     assert stored(store, "alice") == []
     assert store.history("alice").changes == ()
@@ -348,7 +433,9 @@ def test_config_option_is_accepted_everywhere(folder: Path) -> None:
     elsewhere = folder / "elsewhere"
     elsewhere.mkdir()
     # The first run migrates; the others then run side by side.
-    from_env = run(["memory", "list"], cwd=elsewhere, env={"KVMEM_CONFIG": str(folder / "memory.yaml")})
+    from_env = run(
+        ["memory", "list"], cwd=elsewhere, env={"KVMEM_CONFIG": str(folder / "memory.yaml")}
+    )
     assert from_env.code == 0, from_env
     results = run_all(
         [
@@ -419,8 +506,20 @@ def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> 
         assert secret[len("kvm_") :] not in output
     keys = listed.json()["keys"]
     assert keys == [
-        {"id": key_id, "user_id": "alice", "prefix": secret[:12], "created_at": ISO_TIME, "revoked_at": None},
-        {"id": keys[1]["id"], "user_id": "bob", "prefix": other[:12], "created_at": ISO_TIME, "revoked_at": None},
+        {
+            "id": key_id,
+            "user_id": "alice",
+            "prefix": secret[:12],
+            "created_at": ISO_TIME,
+            "revoked_at": None,
+        },
+        {
+            "id": keys[1]["id"],
+            "user_id": "bob",
+            "prefix": other[:12],
+            "created_at": ISO_TIME,
+            "revoked_at": None,
+        },
     ]
     assert only_alice.json() == {"keys": keys[:1]}
 
@@ -428,15 +527,24 @@ def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> 
     config = load_config(folder / "keys.yaml", environ={}).config
     database = Database.from_config(config.database)
     try:
-        with TestClient(create_app(config, database=database), raise_server_exceptions=False) as client:
+        with TestClient(
+            create_app(config, database=database), raise_server_exceptions=False
+        ) as client:
             headers = {"Authorization": f"Bearer {secret}"}
             put = client.put("/memory/k", json={"value": "v"}, headers=headers)
             assert (put.status_code, put.json()["memory"]) == (201, entry("k", "v", 1))
-            assert client.get("/memory/k", headers={**headers, "X-User-Id": "alice"}).status_code == 200
+            assert (
+                client.get("/memory/k", headers={**headers, "X-User-Id": "alice"}).status_code
+                == 200
+            )
             # Sessions minted with the key (and bob's, minted with his) work until it is revoked.
             alice_session, bob_session = (
-                {"Authorization": "Bearer " + client.post(
-                    "/sessions", headers={"Authorization": f"Bearer {key}"}).json()["token"]}
+                {
+                    "Authorization": "Bearer "
+                    + client.post("/sessions", headers={"Authorization": f"Bearer {key}"}).json()[
+                        "token"
+                    ]
+                }
                 for key in (secret, other)
             )
             assert client.get("/memory/k", headers=alice_session).status_code == 200
@@ -449,15 +557,30 @@ def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> 
                 folder,
             )
             assert (revoked.code, revoked.stdout, revoked.stderr) == (
-                0, f"revoked {key_id} of user alice; the user's sessions are ended\n", "")
-            assert (unknown.code, unknown.stderr) == (1, "kvmem: not_found: no API key with id 'key_nope'\n")
+                0,
+                f"revoked {key_id} of user alice; the user's sessions are ended\n",
+                "",
+            )
+            assert (unknown.code, unknown.stderr) == (
+                1,
+                "kvmem: not_found: no API key with id 'key_nope'\n",
+            )
             assert client.get("/memory", headers=headers).json() == {
-                "error": {"code": "unauthorized", "message": "the API key is not valid (unknown or revoked)"}
+                "error": {
+                    "code": "unauthorized",
+                    "message": "the API key is not valid (unknown or revoked)",
+                }
             }
-            assert client.get("/memory", headers={"Authorization": f"Bearer {other}"}).status_code == 200
-            assert client.get("/memory", headers=alice_session).json() == {"error": {
-                "code": "unauthorized",
-                "message": "the session token is not valid (unknown, ended or expired)"}}
+            assert (
+                client.get("/memory", headers={"Authorization": f"Bearer {other}"}).status_code
+                == 200
+            )
+            assert client.get("/memory", headers=alice_session).json() == {
+                "error": {
+                    "code": "unauthorized",
+                    "message": "the session token is not valid (unknown, ended or expired)",
+                }
+            }
             assert client.get("/memory", headers=bob_session).status_code == 200
         assert [k.revoked_at is not None for k in KeyStore(database).list()] == [True, False]
     finally:
@@ -471,9 +594,21 @@ def test_serve_answers_the_host_it_binds_and_refuses_other_names(tmp_path: Path)
     url = f"http://127.0.0.2:{port}"
     with (tmp_path / "serve.log").open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "kvmem", "serve", "--config", "local.yaml",
-             "--host", "127.0.0.2", "--port", str(port)],
-            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=log,
+            [
+                sys.executable,
+                "-m",
+                "kvmem",
+                "serve",
+                "--config",
+                "local.yaml",
+                "--host",
+                "127.0.0.2",
+                "--port",
+                str(port),
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
         )
     try:
         deadline = time.monotonic() + 60
@@ -494,7 +629,9 @@ def test_serve_answers_the_host_it_binds_and_refuses_other_names(tmp_path: Path)
 
 
 def test_serve_in_local_mode_refuses_a_public_host(tmp_path: Path) -> None:
-    (tmp_path / "public.yaml").write_text("server: {host: 0.0.0.0}\ndatabase: {url: 'sqlite:///kv.db'}\n")
+    (tmp_path / "public.yaml").write_text(
+        "server: {host: 0.0.0.0}\ndatabase: {url: 'sqlite:///kv.db'}\n"
+    )
     (tmp_path / "local.yaml").write_text("database: {url: 'sqlite:///kv.db'}\n")
     results = run_all(
         [
@@ -533,10 +670,14 @@ def test_db_current_and_upgrade(tmp_path: Path) -> None:
 
 
 def test_unreachable_database_exits_2(tmp_path: Path) -> None:
-    (tmp_path / "pg.yaml").write_text("database: {url: 'postgresql+psycopg://kv:hunter2@127.0.0.1:9/kv'}\n")
+    (tmp_path / "pg.yaml").write_text(
+        "database: {url: 'postgresql+psycopg://kv:hunter2@127.0.0.1:9/kv'}\n"
+    )
     for result in [run(["memory", "list", "--config", "pg.yaml"], cwd=tmp_path)]:
         assert result.code == 2, result
-        assert result.stderr.startswith("kvmem: cannot open database postgresql+psycopg://kv:***@127.0.0.1:9/kv: ")
+        assert result.stderr.startswith(
+            "kvmem: cannot open database postgresql+psycopg://kv:***@127.0.0.1:9/kv: "
+        )
         assert "hunter2" not in result.stderr
 
 
@@ -548,7 +689,9 @@ def test_importing_the_cli_loads_neither_litellm_nor_tiktoken(tmp_path: Path) ->
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
         "{'litellm', 'tiktoken', 'tiktoken_ext', 'openai', 'httpx', 'starlette', 'uvicorn'})))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
     assert (done.returncode, done.stderr) == (0, "")
     assert json.loads(done.stdout) == []
 
@@ -561,6 +704,8 @@ def test_memory_list_loads_neither_litellm_nor_tiktoken(folder: Path) -> None:
         "from kvmem.cli import main\n"
         "main(['--config', 'memory.yaml', 'memory', 'list'])\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=folder, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=folder, timeout=60
+    )
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines()[-1] == "[]"

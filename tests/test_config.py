@@ -228,7 +228,10 @@ memory:
     assert loaded.config.endpoints == EndpointsConfig(
         custom=[
             CustomEndpoint(
-                name="Gateway", apiKey="k", baseURL="https://gw.example/v1", models={"default": ["m1"]}
+                name="Gateway",
+                apiKey="k",
+                baseURL="https://gw.example/v1",
+                models={"default": ["m1"]},
             )
         ]
     )
@@ -238,7 +241,11 @@ memory:
 
 def test_custom_endpoint_lookup() -> None:
     config = Config.model_validate(
-        {"endpoints": {"custom": [{"name": "My Gateway"}, {"name": "my gateway"}, {"name": "Other"}]}}
+        {
+            "endpoints": {
+                "custom": [{"name": "My Gateway"}, {"name": "my gateway"}, {"name": "Other"}]
+            }
+        }
     )
     assert config.custom_endpoint("My Gateway") is config.endpoints.custom[0]
     assert config.custom_endpoint("my gateway") is config.endpoints.custom[1]
@@ -284,7 +291,9 @@ def test_interpolation_happens_before_validation(write_config: WriteConfig) -> N
 
 
 def test_a_missing_variable_names_variable_field_and_file(write_config: WriteConfig) -> None:
-    path = write_config("memory:\n  agent:\n    provider: openai\n    model: m\n    apiKey: ${KV_AGENT_KEY}\n")
+    path = write_config(
+        "memory:\n  agent:\n    provider: openai\n    model: m\n    apiKey: ${KV_AGENT_KEY}\n"
+    )
     with pytest.raises(ConfigError) as raised:
         load_config(path, environ={"OTHER": "x"})
     assert str(raised.value) == (
@@ -296,21 +305,50 @@ def test_a_missing_variable_names_variable_field_and_file(write_config: WriteCon
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("memory:\n  tokenLimt: 2000\n", "memory.tokenLimt: unknown field; did you mean 'tokenLimit'?"),
-        ("memory:\n  validkeys: [a]\n", "memory.validkeys: unknown field; did you mean 'validKeys'?"),
-        ("memory:\n  agent:\n    modell: x\n", "memory.agent.modell: unknown field; did you mean 'model'?"),
-        ("memory:\n  agent:\n    mod: json\n", "memory.agent.mod: unknown field; did you mean 'mode'?"),
+        (
+            "memory:\n  tokenLimt: 2000\n",
+            "memory.tokenLimt: unknown field; did you mean 'tokenLimit'?",
+        ),
+        (
+            "memory:\n  validkeys: [a]\n",
+            "memory.validkeys: unknown field; did you mean 'validKeys'?",
+        ),
+        (
+            "memory:\n  agent:\n    modell: x\n",
+            "memory.agent.modell: unknown field; did you mean 'model'?",
+        ),
+        (
+            "memory:\n  agent:\n    mod: json\n",
+            "memory.agent.mod: unknown field; did you mean 'mode'?",
+        ),
         # A swap keeps every letter: people who type `modle` mean `model` before `mode`.
-        ("memory:\n  agent:\n    modle: x\n",
-         "memory.agent.modle: unknown field; did you mean 'model' or 'mode'?"),
-        ("memory:\n  agent:\n    mdoe: json\n", "memory.agent.mdoe: unknown field; did you mean 'mode'?"),
+        (
+            "memory:\n  agent:\n    modle: x\n",
+            "memory.agent.modle: unknown field; did you mean 'model' or 'mode'?",
+        ),
+        (
+            "memory:\n  agent:\n    mdoe: json\n",
+            "memory.agent.mdoe: unknown field; did you mean 'mode'?",
+        ),
         # One name per field: the spelling nearest the typo of a field with aliases.
-        ("memory:\n  agent:\n    apikey: k\n", "memory.agent.apikey: unknown field; did you mean 'apiKey'?"),
-        ("memory:\n  agent:\n    api_kye: k\n", "memory.agent.api_kye: unknown field; did you mean 'api_key'?"),
+        (
+            "memory:\n  agent:\n    apikey: k\n",
+            "memory.agent.apikey: unknown field; did you mean 'apiKey'?",
+        ),
+        (
+            "memory:\n  agent:\n    api_kye: k\n",
+            "memory.agent.api_kye: unknown field; did you mean 'api_key'?",
+        ),
         # Further than a typo from every field: the one field most like it, as before.
-        ("chat:\n  system_message: x\n", "chat.system_message: unknown field; did you mean 'system_prompt'?"),
+        (
+            "chat:\n  system_message: x\n",
+            "chat.system_message: unknown field; did you mean 'system_prompt'?",
+        ),
         ("server:\n  prot: 8700\n", "server.prot: unknown field; did you mean 'port'?"),
-        ("auth:\n  service_key: [x]\n", "auth.service_key: unknown field; did you mean 'service_keys'?"),
+        (
+            "auth:\n  service_key: [x]\n",
+            "auth.service_key: unknown field; did you mean 'service_keys'?",
+        ),
         ("memory:\n  zzzzzz: 1\n", "memory.zzzzzz: unknown field"),
     ],
 )
@@ -375,19 +413,55 @@ endpoints:
 
 # LibreChat's own top-level sections, `endpoints` entries and custom-endpoint fields.
 LIBRECHAT_SECTIONS = [
-    "version", "cache", "fileStrategy", "secureImageLinks", "imageOutputType", "ocr",
-    "webSearch", "includedTools", "filteredTools", "mcpServers", "interface", "turnstile",
-    "registration", "balance", "transactions", "speech", "rateLimits", "actions",
-    "fileConfig", "modelSpecs", "agents",
+    "version",
+    "cache",
+    "fileStrategy",
+    "secureImageLinks",
+    "imageOutputType",
+    "ocr",
+    "webSearch",
+    "includedTools",
+    "filteredTools",
+    "mcpServers",
+    "interface",
+    "turnstile",
+    "registration",
+    "balance",
+    "transactions",
+    "speech",
+    "rateLimits",
+    "actions",
+    "fileConfig",
+    "modelSpecs",
+    "agents",
 ]
 LIBRECHAT_ENDPOINTS = [
-    "openAI", "azureOpenAI", "assistants", "azureAssistants", "agents", "anthropic",
-    "bedrock", "google", "gptPlugins", "all",
+    "openAI",
+    "azureOpenAI",
+    "assistants",
+    "azureAssistants",
+    "agents",
+    "anthropic",
+    "bedrock",
+    "google",
+    "gptPlugins",
+    "all",
 ]
 LIBRECHAT_CUSTOM_FIELDS = [
-    "iconURL", "titleConvo", "titleMethod", "titleModel", "titleMessageRole", "summarize",
-    "summaryModel", "forcePrompt", "modelDisplayLabel", "addParams", "dropParams",
-    "directEndpoint", "customParams", "customOrder",
+    "iconURL",
+    "titleConvo",
+    "titleMethod",
+    "titleModel",
+    "titleMessageRole",
+    "summarize",
+    "summaryModel",
+    "forcePrompt",
+    "modelDisplayLabel",
+    "addParams",
+    "dropParams",
+    "directEndpoint",
+    "customParams",
+    "customOrder",
 ]
 
 
@@ -414,13 +488,19 @@ def test_librechats_own_names_get_no_suggestion(write_config: WriteConfig) -> No
             "memory.tokenLimit: Input should be a valid integer, unable to parse string as an "
             "integer (got 'lots')",
         ),
-        ("memory:\n  validKeys: abc\n", "memory.validKeys: Input should be a valid list (got 'abc')"),
+        (
+            "memory:\n  validKeys: abc\n",
+            "memory.validKeys: Input should be a valid list (got 'abc')",
+        ),
         ("auth:\n  mode: open\n", "auth.mode: Input should be 'local' or 'keys' (got 'open')"),
         (
             "endpoints:\n  custom:\n    - name: g\n      models: [m1]\n",
             "endpoints.custom[0].models: Input should be a valid dictionary (got ['m1'])",
         ),
-        ("endpoints:\n  custom:\n    - baseURL: https://x\n", "endpoints.custom[0].name: Field required"),
+        (
+            "endpoints:\n  custom:\n    - baseURL: https://x\n",
+            "endpoints.custom[0].name: Field required",
+        ),
     ],
 )
 def test_wrong_types_name_file_and_path(write_config: WriteConfig, text: str, problem: str) -> None:
@@ -433,8 +513,14 @@ def test_wrong_types_name_file_and_path(write_config: WriteConfig, text: str, pr
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("auth:\n  service_keys: [123456789]\n", "auth.service_keys[0]: Input should be a valid string"),
-        ("auth:\n  service_keys: svc-secret-1\n", "auth.service_keys: Input should be a valid list"),
+        (
+            "auth:\n  service_keys: [123456789]\n",
+            "auth.service_keys[0]: Input should be a valid string",
+        ),
+        (
+            "auth:\n  service_keys: svc-secret-1\n",
+            "auth.service_keys: Input should be a valid list",
+        ),
         ("chat:\n  api_key: 987654321\n", "chat.api_key: Input should be a valid string"),
         (
             "memory:\n  agent: {headers: {x-key: 55555}}\n",
@@ -447,14 +533,18 @@ def test_wrong_types_name_file_and_path(write_config: WriteConfig, text: str, pr
         ("database:\n  url: 31415926\n", "database.url: Input should be a valid string"),
     ],
 )
-def test_wrongly_typed_secrets_are_not_echoed(write_config: WriteConfig, text: str, problem: str) -> None:
+def test_wrongly_typed_secrets_are_not_echoed(
+    write_config: WriteConfig, text: str, problem: str
+) -> None:
     path = write_config(text)
     with pytest.raises(ConfigError) as raised:
         load_config(path, environ={})
     assert str(raised.value) == f"{path}: invalid config:\n  {problem}"
 
 
-@pytest.mark.parametrize("bad", ["Bad-Key", "nothing", "history", "export", "1abc", "a" * 129, "", "with space"])
+@pytest.mark.parametrize(
+    "bad", ["Bad-Key", "nothing", "history", "export", "1abc", "a" * 129, "", "with space"]
+)
 def test_invalid_valid_keys_are_refused(write_config: WriteConfig, bad: str) -> None:
     path = write_config(f"memory:\n  validKeys: ['fine', '{bad}']\n")
     with pytest.raises(ConfigError) as raised:
@@ -466,7 +556,9 @@ def test_invalid_valid_keys_are_refused(write_config: WriteConfig, bad: str) -> 
 
 
 def test_valid_keys_of_128_characters_are_accepted(write_config: WriteConfig) -> None:
-    config = load_config(write_config(f"memory: {{validKeys: [{'k' * 128}, b, b]}}\n"), environ={}).config
+    config = load_config(
+        write_config(f"memory: {{validKeys: [{'k' * 128}, b, b]}}\n"), environ={}
+    ).config
     assert config.memory.valid_keys == ["k" * 128, "b"]
 
 
@@ -504,15 +596,25 @@ def test_relative_sqlite_path_is_relative_to_the_config_folder(
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     path = write_config("database: {url: 'sqlite:///data/kv.db'}\n", name="conf/memory.yaml")
-    assert load_config(path, environ={}).config.database.url == f"sqlite:///{tmp_path / 'conf/data/kv.db'}"
+    assert (
+        load_config(path, environ={}).config.database.url
+        == f"sqlite:///{tmp_path / 'conf/data/kv.db'}"
+    )
 
     dotted = write_config("database: {url: 'sqlite:///./kv.db'}\n", name="conf/dotted.yaml")
-    assert load_config(dotted, environ={}).config.database.url == f"sqlite:///{tmp_path / 'conf/kv.db'}"
+    assert (
+        load_config(dotted, environ={}).config.database.url
+        == f"sqlite:///{tmp_path / 'conf/kv.db'}"
+    )
 
 
 @pytest.mark.parametrize(
     "url",
-    ["sqlite:////srv/kvmem/kv.db", "sqlite:///:memory:", "postgresql+psycopg://kv:pw@db:5432/kvmem"],
+    [
+        "sqlite:////srv/kvmem/kv.db",
+        "sqlite:///:memory:",
+        "postgresql+psycopg://kv:pw@db:5432/kvmem",
+    ],
 )
 def test_absolute_memory_and_server_urls_are_unchanged(write_config: WriteConfig, url: str) -> None:
     path = write_config(f"database: {{url: '{url}'}}\n")
@@ -575,7 +677,13 @@ def test_secrets_never_appear_in_repr(write_config: WriteConfig) -> None:
     # They are loaded all the same.
     assert config.auth.service_keys == [SecretStr("svc-env-4444"), SecretStr("svc-literal-5555")]
     assert config.database.url == "postgresql+psycopg://kvmem:db-pass-0000@db.internal:5432/kvmem"
-    texts = [repr(config), str(config), repr(config.database), repr(config.endpoints), repr(config.chat)]
+    texts = [
+        repr(config),
+        str(config),
+        repr(config.database),
+        repr(config.endpoints),
+        repr(config.chat),
+    ]
     for text in texts:
         for secret in SECRET_VALUES:
             assert secret not in text, (secret, text)
@@ -652,10 +760,17 @@ def test_an_unparseable_database_url_is_a_config_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "review"),
-    [("", "off"), ("memory: {review: off}", "off"), ("memory: {review: on}", "on"),
-     ("memory: {review: 'on'}", "on"), ("memory: {review: per_user}", "per_user")],
+    [
+        ("", "off"),
+        ("memory: {review: off}", "off"),
+        ("memory: {review: on}", "on"),
+        ("memory: {review: 'on'}", "on"),
+        ("memory: {review: per_user}", "per_user"),
+    ],
 )
-def test_memory_review_reads_bare_yaml_words(write_config: WriteConfig, text: str, review: str) -> None:
+def test_memory_review_reads_bare_yaml_words(
+    write_config: WriteConfig, text: str, review: str
+) -> None:
     # YAML 1.1 reads a bare on/off as a boolean; the field takes them as the words.
     assert load_config(write_config(text), environ={}).config.memory.review == review
 

@@ -89,7 +89,10 @@ def test_config_max_turns_trims_the_history(upstream, chat_sections, make_client
     conversation_id = chat_turns(client, upstream, THREE_TURNS)
     chat_turns(client, upstream, [("four", "reply four")], conversation_id)
     assert upstream.received(MAIN_MODEL)[-1].messages == [
-        SYSTEM, user("three"), assistant("reply three"), user("four"),
+        SYSTEM,
+        user("three"),
+        assistant("reply three"),
+        user("four"),
     ]
 
 
@@ -102,8 +105,10 @@ def test_request_max_turns_overrides_the_config(upstream, chat_sections, make_cl
     assert response.status_code == 200
     assert upstream.received(MAIN_MODEL)[-1].messages == [
         SYSTEM,
-        user("two"), assistant("reply two"),
-        user("three"), assistant("reply three"),
+        user("two"),
+        assistant("reply two"),
+        user("three"),
+        assistant("reply three"),
         user("four"),
     ]
 
@@ -133,15 +138,22 @@ def test_max_turns_above_the_stored_turns_sends_them_all(upstream, chat_sections
     client = make_client(**chat_sections(memory=NO_AGENT, chat={"max_turns": 3}))
     conversation_id = chat_turns(client, upstream, THREE_TURNS)
     assert upstream.received(MAIN_MODEL)[-1].messages == [
-        SYSTEM, user("one"), assistant("reply one"), user("two"), assistant("reply two"),
+        SYSTEM,
+        user("one"),
+        assistant("reply one"),
+        user("two"),
+        assistant("reply two"),
         user("three"),
     ]
     chat_turns(client, upstream, [("four", "reply four")], conversation_id)
     assert upstream.received(MAIN_MODEL)[-1].messages == [
         SYSTEM,
-        user("one"), assistant("reply one"),
-        user("two"), assistant("reply two"),
-        user("three"), assistant("reply three"),
+        user("one"),
+        assistant("reply one"),
+        user("two"),
+        assistant("reply two"),
+        user("three"),
+        assistant("reply three"),
         user("four"),
     ]
 
@@ -172,7 +184,11 @@ def test_conversations_survive_a_restart(upstream, chat_sections, make_client):
     }
     chat_turns(second_app, upstream, [("three", "reply three")], conversation_id)
     assert upstream.received(MAIN_MODEL)[-1].messages == [
-        SYSTEM, user("one"), assistant("reply one"), user("two"), assistant("reply two"),
+        SYSTEM,
+        user("one"),
+        assistant("reply one"),
+        user("two"),
+        assistant("reply two"),
         user("three"),
     ]
 
@@ -190,7 +206,8 @@ def test_another_users_conversation_is_404_like_a_missing_one(upstream, chat_sec
 
     for conversation_id in (alices, missing):
         chat = client.post(
-            "/chat", json={"message": "hi", "conversation_id": conversation_id},
+            "/chat",
+            json={"message": "hi", "conversation_id": conversation_id},
             headers=as_user("bob"),
         )
         read = client.get(f"/conversations/{conversation_id}", headers=as_user("bob"))
@@ -200,12 +217,17 @@ def test_another_users_conversation_is_404_like_a_missing_one(upstream, chat_sec
             assert response.json() == not_found(conversation_id)
 
     assert len(upstream.received(MAIN_MODEL)) == calls_before
-    assert client.get("/conversations", headers=as_user("bob")).json() == {"conversations": [], "next": None}
+    assert client.get("/conversations", headers=as_user("bob")).json() == {
+        "conversations": [],
+        "next": None,
+    }
     alice_view = client.get(f"/conversations/{alices}", headers=as_user("alice"))
     assert alice_view.status_code == 200
     assert alice_view.json()["message_count"] == 2
-    assert [c["id"] for c in client.get("/conversations", headers=as_user("alice")).json()[
-        "conversations"]] == [alices]
+    assert [
+        c["id"]
+        for c in client.get("/conversations", headers=as_user("alice")).json()["conversations"]
+    ] == [alices]
 
 
 def test_conversation_routes_need_credentials_in_keys_mode(chat_sections, make_client):
@@ -225,10 +247,20 @@ def test_list_get_and_delete_shapes(upstream, chat_sections, make_client):
     newer = chat_turns(client, upstream, [("Second chat", "Hi.")])
     assert client.get("/conversations").json() == {
         "conversations": [
-            {"id": newer, "title": "Second chat", "created_at": ISO_TIME,
-             "updated_at": ISO_TIME, "message_count": 2},
-            {"id": older, "title": "Plan a trip to Rome", "created_at": ISO_TIME,
-             "updated_at": ISO_TIME, "message_count": 2},
+            {
+                "id": newer,
+                "title": "Second chat",
+                "created_at": ISO_TIME,
+                "updated_at": ISO_TIME,
+                "message_count": 2,
+            },
+            {
+                "id": older,
+                "title": "Plan a trip to Rome",
+                "created_at": ISO_TIME,
+                "updated_at": ISO_TIME,
+                "message_count": 2,
+            },
         ],
         "next": None,
     }
@@ -321,11 +353,17 @@ def test_a_failed_turn_stores_nothing_and_the_next_turn_works(upstream, chat_sec
     assert after.status_code == 200
     assert after.json()["response"] == "still here"
     assert upstream.received(MAIN_MODEL)[-1].messages == [
-        SYSTEM, user("one"), assistant("reply one"), user("next"),
+        SYSTEM,
+        user("one"),
+        assistant("reply one"),
+        user("next"),
     ]
     messages = client.get(f"/conversations/{conversation_id}").json()["messages"]
     assert [(m["role"], m["content"]) for m in messages] == [
-        ("user", "one"), ("assistant", "reply one"), ("user", "next"), ("assistant", "still here"),
+        ("user", "one"),
+        ("assistant", "reply one"),
+        ("user", "next"),
+        ("assistant", "still here"),
     ]
 
 
@@ -358,7 +396,10 @@ def test_a_mid_stream_failure_stores_nothing_and_the_next_turn_works(
 
     chat_turns(client, upstream, [("next", "fine")], conversation_id)
     assert upstream.received(MAIN_MODEL)[-1].messages == [
-        SYSTEM, user("one"), assistant("reply one"), user("next"),
+        SYSTEM,
+        user("one"),
+        assistant("reply one"),
+        user("next"),
     ]
 
 
@@ -380,38 +421,63 @@ def plant_conversations(database, user_id: str, stamps: list[tuple[str, str]]) -
         database.lock_user(session, user_id)
         for conversation_id, stamp in stamps:
             at = datetime.fromisoformat(stamp)
-            session.add(Conversation(id=conversation_id, user_id=user_id, title=conversation_id[:4],
-                                     created_at=at, updated_at=at))
+            session.add(
+                Conversation(
+                    id=conversation_id,
+                    user_id=user_id,
+                    title=conversation_id[:4],
+                    created_at=at,
+                    updated_at=at,
+                )
+            )
             session.flush()
-            session.add(Message(conversation_id=conversation_id, role="user", content="hi", created_at=at))
+            session.add(
+                Message(conversation_id=conversation_id, role="user", content="hi", created_at=at)
+            )
 
 
 def listed(conversation_id: str, stamp: str) -> dict[str, Any]:
     at = stamp.replace("+00:00", "Z")
-    return {"id": conversation_id, "title": conversation_id[:4], "created_at": at,
-            "updated_at": at, "message_count": 1}
+    return {
+        "id": conversation_id,
+        "title": conversation_id[:4],
+        "created_at": at,
+        "updated_at": at,
+        "message_count": 1,
+    }
 
 
 def test_conversations_page_newest_first_with_ties_in_id_order(make_client, database):
     a, b, c, d = (f"{n}{n}{n}{n}0000-0000-4000-8000-000000000000" for n in "abcd")
-    new, tie, old = ("2026-03-01T10:00:00.000002+00:00", "2026-03-01T10:00:00.000001+00:00",
-                     "2026-01-01T00:00:00.000000+00:00")
+    new, tie, old = (
+        "2026-03-01T10:00:00.000002+00:00",
+        "2026-03-01T10:00:00.000001+00:00",
+        "2026-01-01T00:00:00.000000+00:00",
+    )
     plant_conversations(database, "local", [(a, tie), (b, new), (c, old), (d, tie)])
     plant_conversations(database, "someone-else", [(str(uuid.uuid4()), new)])
     client = make_client()
     first = client.get("/conversations", params={"limit": 2})
-    assert (first.status_code, first.json()) == (200, {
-        "conversations": [listed(b, new), listed(a, tie)],
-        "next": f"2026-03-01T10:00:00.000001Z_{a}",
-    })
+    assert (first.status_code, first.json()) == (
+        200,
+        {
+            "conversations": [listed(b, new), listed(a, tie)],
+            "next": f"2026-03-01T10:00:00.000001Z_{a}",
+        },
+    )
     last = client.get("/conversations", params={"limit": 2, "before": first.json()["next"]})
-    assert (last.status_code, last.json()) == (200, {
-        "conversations": [listed(d, tie), listed(c, old)],
-        "next": None,
-    })
+    assert (last.status_code, last.json()) == (
+        200,
+        {
+            "conversations": [listed(d, tie), listed(c, old)],
+            "next": None,
+        },
+    )
     whole = client.get("/conversations").json()
-    assert whole == {"conversations": [listed(b, new), listed(a, tie), listed(d, tie), listed(c, old)],
-                     "next": None}
+    assert whole == {
+        "conversations": [listed(b, new), listed(a, tie), listed(d, tie), listed(c, old)],
+        "next": None,
+    }
 
 
 def test_bad_paging_parameters_of_conversations_are_400(make_client):
@@ -422,10 +488,17 @@ def test_bad_paging_parameters_of_conversations_are_400(make_client):
         ("limit=501", "limit must be an integer from 1 to 500, not 501"),
         ("limit=two", "limit must be an integer from 1 to 500, not 'two'"),
         ("before=7", cursor_error.format("7")),
-        ("before=2026-03-01T10:00:00Z_not-a-uuid", cursor_error.format("2026-03-01T10:00:00Z_not-a-uuid")),
-        (f"before=yesterday_{uuid.UUID(int=1)}", cursor_error.format(f"yesterday_{uuid.UUID(int=1)}")),
+        (
+            "before=2026-03-01T10:00:00Z_not-a-uuid",
+            cursor_error.format("2026-03-01T10:00:00Z_not-a-uuid"),
+        ),
+        (
+            f"before=yesterday_{uuid.UUID(int=1)}",
+            cursor_error.format(f"yesterday_{uuid.UUID(int=1)}"),
+        ),
     ]:
         response = client.get(f"/conversations?{query}")
         assert (response.status_code, response.json()) == (
-            400, {"error": {"code": "bad_request", "message": message}}
+            400,
+            {"error": {"code": "bad_request", "message": message}},
         ), query

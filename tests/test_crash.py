@@ -62,9 +62,7 @@ def test_kill_9_mid_writes_loses_no_acknowledged_write(tmp_path, processes):
         assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     restarted = ServeProcess(tmp_path, sections, name="restarted")
     processes.append(restarted.start())
-    stored = {
-        m["key"]: m["value"] for m in httpx.get(f"{restarted.url}/memory").json()["memories"]
-    }
+    stored = {m["key"]: m["value"] for m in httpx.get(f"{restarted.url}/memory").json()["memories"]}
     # The last value acknowledged for a key is the stored one (a later, unacknowledged write
     # to the same key may have landed too; it is newer than the acknowledged value).
     for key, value in acknowledged.items():
@@ -74,15 +72,15 @@ def test_kill_9_mid_writes_loses_no_acknowledged_write(tmp_path, processes):
 
 
 def test_sigterm_drains_a_stream_and_the_agent_then_exits_0(tmp_path, processes, upstream):
-    upstream.script(
-        MAIN_MODEL, Reply(chunks=[f"part{i} " for i in range(10)], chunk_delay=0.15)
-    )
+    upstream.script(MAIN_MODEL, Reply(chunks=[f"part{i} " for i in range(10)], chunk_delay=0.15))
     upstream.script(
         AGENT_MODEL,
         Reply(
             content=None,
             delay=0.5,
-            tool_calls=[{"name": "set_memory", "arguments": {"key": "diet", "value": "Vegetarian."}}],
+            tool_calls=[
+                {"name": "set_memory", "arguments": {"key": "diet", "value": "Vegetarian."}}
+            ],
         ),
     )
     sections = {
@@ -103,7 +101,9 @@ def test_sigterm_drains_a_stream_and_the_agent_then_exits_0(tmp_path, processes,
     processes.append(server.start())
     events: list[str] = []
     with httpx.stream(
-        "POST", f"{server.url}/chat", json={"message": "Remember I'm vegetarian", "stream": True},
+        "POST",
+        f"{server.url}/chat",
+        json={"message": "Remember I'm vegetarian", "stream": True},
         timeout=30,
     ) as response:
         lines = response.iter_lines()

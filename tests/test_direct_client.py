@@ -46,34 +46,57 @@ RICH_COMPLETION = {
     "system_fingerprint": "fp_123",
     "service_tier": "default",
     "x_vendor": {"trace": ["a", 1, None]},
-    "choices": [{
-        "index": 0,
-        "message": {"role": "assistant", "content": "Hi", "reasoning_content": "think",
-                    "refusal": None, "annotations": [], "x_message": True},
-        "logprobs": None,
-        "finish_reason": "stop",
-        "x_choice": 0.5,
-    }],
-    "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12,
-              "prompt_tokens_details": {"cached_tokens": 4, "audio_tokens": 0},
-              "completion_tokens_details": {"reasoning_tokens": 2},
-              "x_usage": "kept"},
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": "Hi",
+                "reasoning_content": "think",
+                "refusal": None,
+                "annotations": [],
+                "x_message": True,
+            },
+            "logprobs": None,
+            "finish_reason": "stop",
+            "x_choice": 0.5,
+        }
+    ],
+    "usage": {
+        "prompt_tokens": 9,
+        "completion_tokens": 3,
+        "total_tokens": 12,
+        "prompt_tokens_details": {"cached_tokens": 4, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 2},
+        "x_usage": "kept",
+    },
 }
 
 
 def chunk(delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"id": "chatcmpl-rich", "object": "chat.completion.chunk", "created": 1764000000,
-            "model": MAIN_MODEL, "system_fingerprint": "fp_123",
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
-            **extra}
+    return {
+        "id": "chatcmpl-rich",
+        "object": "chat.completion.chunk",
+        "created": 1764000000,
+        "model": MAIN_MODEL,
+        "system_fingerprint": "fp_123",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+        **extra,
+    }
 
 
 RICH_CHUNKS = [
     chunk({"role": "assistant", "content": "", "reasoning_content": "th"}, x_chunk=1),
     chunk({"content": "Hi", "x_delta": [1]}),
     {**chunk({}), "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "x_f": None}]},
-    {"id": "chatcmpl-rich", "object": "chat.completion.chunk", "created": 1764000000,
-     "model": MAIN_MODEL, "choices": [], "usage": RICH_COMPLETION["usage"]},
+    {
+        "id": "chatcmpl-rich",
+        "object": "chat.completion.chunk",
+        "created": 1764000000,
+        "model": MAIN_MODEL,
+        "choices": [],
+        "usage": RICH_COMPLETION["usage"],
+    },
 ]
 RICH_STREAM = b"".join(b"data: " + compact(event) + b"\n\n" for event in RICH_CHUNKS)
 
@@ -85,8 +108,10 @@ def client(make_client: Callable[..., TestClient], chat_sections: Any) -> TestCl
 
 def test_a_completion_reaches_the_client_byte_for_byte(client: TestClient, upstream: Any) -> None:
     upstream.script(MAIN_MODEL, Reply(raw=compact(RICH_COMPLETION)))
-    response = client.post("/v1/chat/completions",
-                           json={"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]})
+    response = client.post(
+        "/v1/chat/completions",
+        json={"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert (response.status_code, response.content) == (200, compact(RICH_COMPLETION))
     [received] = upstream.received(MAIN_MODEL)
     assert received.headers["authorization"] == "Bearer main-key"
@@ -94,13 +119,22 @@ def test_a_completion_reaches_the_client_byte_for_byte(client: TestClient, upstr
 
 def test_a_stream_reaches_the_client_byte_for_byte(client: TestClient, upstream: Any) -> None:
     # Comments, CRLF line ends and a named event are SSE the parser must read past.
-    upstream.script(MAIN_MODEL, Reply(
-        raw=b": keep-alive\r\n\r\n" + RICH_STREAM.replace(b"\n\n", b"\r\n\r\n", 1)
-        + b"data: [DONE]\n\n"
-    ))
-    response = client.post("/v1/chat/completions", json={
-        "model": MODEL_ID, "stream": True, "messages": [{"role": "user", "content": "hi"}],
-    })
+    upstream.script(
+        MAIN_MODEL,
+        Reply(
+            raw=b": keep-alive\r\n\r\n"
+            + RICH_STREAM.replace(b"\n\n", b"\r\n\r\n", 1)
+            + b"data: [DONE]\n\n"
+        ),
+    )
+    response = client.post(
+        "/v1/chat/completions",
+        json={
+            "model": MODEL_ID,
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    )
     assert (response.status_code, response.content) == (200, RICH_STREAM + b"data: [DONE]\n\n")
     assert upstream.received(MAIN_MODEL)[0].body["stream"] is True
 
@@ -118,29 +152,51 @@ def test_an_error_event_mid_stream_ends_the_stream_with_an_error(
     client: TestClient, upstream: Any
 ) -> None:
     first = chunk({"role": "assistant", "content": "Hi"})
-    upstream.script(MAIN_MODEL, Reply(
-        raw=b"data: " + compact(first) + b"\n\ndata: " + compact({"error": {
-            "message": "overloaded, key main-key", "type": "server_error"}}) + b"\n\n"
-    ))
-    response = client.post("/v1/chat/completions", json={
-        "model": MODEL_ID, "stream": True, "messages": [{"role": "user", "content": "hi"}],
-    })
-    assert (response.status_code, response.text) == (200, (
-        "data: " + compact(first).decode() + "\n\n"
-        'data: {"error":{"code":"upstream_error","message":"the model call failed: overloaded, '
-        'key ***","upstream_status":200,"type":"api_error","param":null}}\n\n'
-    ))
+    upstream.script(
+        MAIN_MODEL,
+        Reply(
+            raw=b"data: "
+            + compact(first)
+            + b"\n\ndata: "
+            + compact({"error": {"message": "overloaded, key main-key", "type": "server_error"}})
+            + b"\n\n"
+        ),
+    )
+    response = client.post(
+        "/v1/chat/completions",
+        json={
+            "model": MODEL_ID,
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    )
+    assert (response.status_code, response.text) == (
+        200,
+        (
+            "data: " + compact(first).decode() + "\n\n"
+            'data: {"error":{"code":"upstream_error","message":"the model call failed: overloaded, '
+            'key ***","upstream_status":200,"type":"api_error","param":null}}\n\n'
+        ),
+    )
 
 
 def test_a_redirect_is_not_followed(client: TestClient, upstream: Any) -> None:
     elsewhere = ScriptedUpstream().start()
     try:
-        upstream.script(MAIN_MODEL, Reply(status=307, headers={
-            "Location": f"{elsewhere.url}/chat/completions"}))
+        upstream.script(
+            MAIN_MODEL, Reply(status=307, headers={"Location": f"{elsewhere.url}/chat/completions"})
+        )
         response = client.post("/chat", json={"message": "hi"})
-        assert (response.status_code, response.json()) == (502, {"error": {
-            "code": "upstream_error", "message": "the model call failed: scripted 307",
-            "upstream_status": 307}})
+        assert (response.status_code, response.json()) == (
+            502,
+            {
+                "error": {
+                    "code": "upstream_error",
+                    "message": "the model call failed: scripted 307",
+                    "upstream_status": 307,
+                }
+            },
+        )
         assert elsewhere.requests == []
     finally:
         elsewhere.stop()
@@ -161,10 +217,16 @@ def test_an_answer_over_the_size_cap_is_cut_off(
     raw = compact(big) if not stream else b"data: " + compact(chunk({"content": "x" * small_cap}))
     upstream.script(MAIN_MODEL, Reply(raw=raw))
     response = client.post("/chat", json={"message": "hi", "stream": stream})
-    assert (response.status_code, response.json()) == (502, {"error": {
-        "code": "upstream_error",
-        "message": f"the model call failed: the answer is larger than {small_cap} bytes",
-        "upstream_status": 200}})
+    assert (response.status_code, response.json()) == (
+        502,
+        {
+            "error": {
+                "code": "upstream_error",
+                "message": f"the model call failed: the answer is larger than {small_cap} bytes",
+                "upstream_status": 200,
+            }
+        },
+    )
 
 
 def test_an_answer_within_the_cap_is_not_cut(
@@ -172,57 +234,112 @@ def test_an_answer_within_the_cap_is_not_cut(
 ) -> None:
     upstream.script(MAIN_MODEL, Reply(raw=compact(RICH_COMPLETION)))
     assert len(compact(RICH_COMPLETION)) < small_cap
-    response = client.post("/v1/chat/completions",
-                           json={"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]})
+    response = client.post(
+        "/v1/chat/completions",
+        json={"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert response.status_code == 200
 
 
 def test_an_echoed_key_never_reaches_the_client(client: TestClient, upstream: Any) -> None:
-    upstream.script(MAIN_MODEL, Reply(status=401, error={"error": {
-        "message": "Incorrect API key provided: main-key", "type": "invalid_request_error",
-        "code": "invalid_api_key"}}))
+    upstream.script(
+        MAIN_MODEL,
+        Reply(
+            status=401,
+            error={
+                "error": {
+                    "message": "Incorrect API key provided: main-key",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                }
+            },
+        ),
+    )
     response = client.post("/chat", json={"message": "hi"})
-    assert (response.status_code, response.json()) == (502, {"error": {
-        "code": "upstream_error",
-        "message": "the model call failed: Incorrect API key provided: ***",
-        "upstream_status": 401}})
+    assert (response.status_code, response.json()) == (
+        502,
+        {
+            "error": {
+                "code": "upstream_error",
+                "message": "the model call failed: Incorrect API key provided: ***",
+                "upstream_status": 401,
+            }
+        },
+    )
 
 
 def test_a_refusal_passes_the_upstreams_error_object_on(client: TestClient, upstream: Any) -> None:
-    upstream.script(MAIN_MODEL, Reply(status=400, error={"error": {
-        "message": "maximum context length exceeded", "type": "invalid_request_error",
-        "param": "messages", "code": "context_length_exceeded"}}))
-    response = client.post("/v1/chat/completions",
-                           json={"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]})
-    assert (response.status_code, response.json()) == (400, {"error": {
-        "message": "maximum context length exceeded", "type": "invalid_request_error",
-        "param": "messages", "code": "context_length_exceeded"}})
+    upstream.script(
+        MAIN_MODEL,
+        Reply(
+            status=400,
+            error={
+                "error": {
+                    "message": "maximum context length exceeded",
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": "context_length_exceeded",
+                }
+            },
+        ),
+    )
+    response = client.post(
+        "/v1/chat/completions",
+        json={"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert (response.status_code, response.json()) == (
+        400,
+        {
+            "error": {
+                "message": "maximum context length exceeded",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        },
+    )
 
 
-@pytest.mark.parametrize(("mode", "model", "client"), [
-    ("auto", "openai/gpt-4o", "direct"),
-    ("auto", "anthropic/claude-sonnet-4", "litellm"),
-    ("auto", "ollama/llama3.1", "litellm"),
-    ("direct", "ollama/llama3.1", "direct"),
-    ("litellm", "openai/gpt-4o", "litellm"),
-])
+@pytest.mark.parametrize(
+    ("mode", "model", "client"),
+    [
+        ("auto", "openai/gpt-4o", "direct"),
+        ("auto", "anthropic/claude-sonnet-4", "litellm"),
+        ("auto", "ollama/llama3.1", "litellm"),
+        ("direct", "ollama/llama3.1", "direct"),
+        ("litellm", "openai/gpt-4o", "litellm"),
+    ],
+)
 def test_which_client_calls_a_model(mode: str, model: str, client: str) -> None:
     assert choose_client(mode, model) == client
 
 
 def test_a_custom_endpoint_agent_goes_direct_and_litellm_is_then_unneeded() -> None:
-    config = Config.model_validate({
-        "chat": {"model": "openai/main", "api_base": "http://127.0.0.1:1/v1"},
-        "endpoints": {"custom": [{"name": "local", "baseURL": "http://127.0.0.1:2/v1"}]},
-        "memory": {"agent": {"provider": "local", "model": "small"}},
-    })
+    config = Config.model_validate(
+        {
+            "chat": {"model": "openai/main", "api_base": "http://127.0.0.1:1/v1"},
+            "endpoints": {"custom": [{"name": "local", "baseURL": "http://127.0.0.1:2/v1"}]},
+            "memory": {"agent": {"provider": "local", "model": "small"}},
+        }
+    )
     target = agent_target(config)
     assert target is not None
     assert (target.model, target.api_base, target.client) == (
-        "openai/small", "http://127.0.0.1:2/v1", "direct")
+        "openai/small",
+        "http://127.0.0.1:2/v1",
+        "direct",
+    )
     assert uses_litellm(config) is False
-    assert uses_litellm(config.model_copy(update={"chat": config.chat.model_copy(
-        update={"models": ["anthropic/claude-sonnet-4"]})})) is True
+    assert (
+        uses_litellm(
+            config.model_copy(
+                update={
+                    "chat": config.chat.model_copy(update={"models": ["anthropic/claude-sonnet-4"]})
+                }
+            )
+        )
+        is True
+    )
     assert chat_target(config.chat).client == "direct"
 
 
@@ -247,8 +364,9 @@ def test_a_direct_only_server_never_imports_litellm(database: Any, database_url:
         "print(sorted(m for m in sys.modules\n"
         "             if m.split('.')[0] in {'litellm', 'mcp', 'mcp_types'}))\n"
     ) % database_url
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            check=False, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120
+    )
     assert (result.returncode, result.stdout, result.stderr) == (0, "[]\n", "")
 
 
@@ -256,11 +374,14 @@ def test_an_unknown_client_is_a_config_error() -> None:
     with pytest.raises(ValidationError) as caught:
         Config.model_validate({"chat": {"client": "fast"}})
     assert [(error["loc"], error["type"]) for error in caught.value.errors()] == [
-        (("chat", "client"), "literal_error")]
+        (("chat", "client"), "literal_error")
+    ]
 
 
 def test_without_a_configured_key_the_environments_openai_key_is_sent_and_scrubbed(
-    make_client: Callable[..., TestClient], chat_sections: Any, upstream: Any,
+    make_client: Callable[..., TestClient],
+    chat_sections: Any,
+    upstream: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Like the OpenAI SDK and litellm, the direct client falls back to OPENAI_API_KEY (the
@@ -269,8 +390,14 @@ def test_without_a_configured_key_the_environments_openai_key_is_sent_and_scrubb
     sections = chat_sections(agent={"enabled": False}, chat={"client": "direct"})
     del sections["chat"]["api_key"]
     client = make_client(**sections)
-    upstream.script(MAIN_MODEL, Reply(content="hi"), Reply(status=401, error={"error": {
-        "message": "Incorrect API key provided: sk-from-the-environment-123"}}))
+    upstream.script(
+        MAIN_MODEL,
+        Reply(content="hi"),
+        Reply(
+            status=401,
+            error={"error": {"message": "Incorrect API key provided: sk-from-the-environment-123"}},
+        ),
+    )
     body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]}
 
     assert client.post("/v1/chat/completions", json=body).status_code == 200
@@ -284,7 +411,9 @@ def test_without_a_configured_key_the_environments_openai_key_is_sent_and_scrubb
 
 
 def test_the_environments_proxy_carries_the_call_unless_no_proxy_exempts_its_host(
-    make_client: Callable[..., TestClient], chat_sections: Any, upstream: Any,
+    make_client: Callable[..., TestClient],
+    chat_sections: Any,
+    upstream: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """HTTP_PROXY/HTTPS_PROXY and NO_PROXY apply, as for httpx, the OpenAI SDK and litellm.
@@ -294,8 +423,10 @@ def test_the_environments_proxy_carries_the_call_unless_no_proxy_exempts_its_hos
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("http_proxy", proxy)
     monkeypatch.setenv("HTTP_PROXY", proxy)
-    sections = chat_sections(agent={"enabled": False},
-                             chat={"client": "direct", "api_base": "http://upstream.invalid/v1"})
+    sections = chat_sections(
+        agent={"enabled": False},
+        chat={"client": "direct", "api_base": "http://upstream.invalid/v1"},
+    )
     body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]}
 
     assert make_client(**sections).post("/v1/chat/completions", json=body).status_code == 200
@@ -309,19 +440,25 @@ def test_the_environments_proxy_carries_the_call_unless_no_proxy_exempts_its_hos
 
 
 def test_credentials_in_the_base_url_are_sent_as_basic_auth_and_never_quoted(
-    make_client: Callable[..., TestClient], chat_sections: Any, upstream: Any,
+    make_client: Callable[..., TestClient],
+    chat_sections: Any,
+    upstream: Any,
 ) -> None:
     """As httpx: the URL's user:password become the Authorization header (instead of the
     key); an answer that is not HTTP fails without quoting the URL."""
     with socket.create_server(("127.0.0.1", 0)) as garbage:
         port = garbage.getsockname()[1]
         credentialed = upstream.url.replace("http://", "http://ops:pa%40ss@")
-        client = make_client(**chat_sections(agent={"enabled": False},
-                                             chat={"client": "direct", "api_base": credentialed}))
+        client = make_client(
+            **chat_sections(
+                agent={"enabled": False}, chat={"client": "direct", "api_base": credentialed}
+            )
+        )
         body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]}
         assert client.post("/v1/chat/completions", json=body).status_code == 200
         assert upstream.received(MAIN_MODEL)[0].headers["authorization"] == (
-            "Basic " + base64.b64encode(b"ops:pa@ss").decode())
+            "Basic " + base64.b64encode(b"ops:pa@ss").decode()
+        )
 
         def answer_garbage() -> None:
             connection, _ = garbage.accept()
@@ -330,8 +467,12 @@ def test_credentials_in_the_base_url_are_sent_as_basic_auth_and_never_quoted(
                 connection.sendall(b"NOT HTTP AT ALL\r\n\r\n")
 
         threading.Thread(target=answer_garbage, daemon=True).start()
-        broken = make_client(**chat_sections(agent={"enabled": False}, chat={
-            "client": "direct", "api_base": f"http://ops:pa%40ss@127.0.0.1:{port}/v1"}))
+        broken = make_client(
+            **chat_sections(
+                agent={"enabled": False},
+                chat={"client": "direct", "api_base": f"http://ops:pa%40ss@127.0.0.1:{port}/v1"},
+            )
+        )
         refused = broken.post("/v1/chat/completions", json=body)
     assert refused.status_code == 502
     assert refused.json()["error"]["message"].startswith("the model call failed: ")

@@ -174,7 +174,7 @@ def named_commands() -> list[tuple[str, str]]:
             for line in text.split("\n"):
                 line = line.split(" #")[0]
                 for match in _COMMAND.finditer(line):
-                    found.append((str(page.relative_to(ROOT)), line[match.start():].strip()))
+                    found.append((str(page.relative_to(ROOT)), line[match.start() :].strip()))
     return found
 
 

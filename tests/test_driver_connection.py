@@ -31,8 +31,15 @@ BUMP = (
 
 
 def entry(user_id: str) -> dict[str, Any]:
-    return {"user_id": user_id, "key": "drink", "value": "tea", "token_count": 1,
-            "source": "manual", "created_at": MOMENT, "updated_at": MOMENT}
+    return {
+        "user_id": user_id,
+        "key": "drink",
+        "value": "tea",
+        "token_count": 1,
+        "source": "manual",
+        "created_at": MOMENT,
+        "updated_at": MOMENT,
+    }
 
 
 def raw_rows(database: Database, sql: str) -> list[tuple[Any, ...]]:
@@ -58,12 +65,17 @@ def test_a_row_is_stored_and_read_back_as_through_sqlalchemy(database: Database)
         assert isinstance(driver, DriverConnection)
         driver.execute(INSERT_ENTRY, entry("driver"))
         read = driver.execute(ENTRY, {"user_id": "driver"}).all()
-    assert [tuple(row) for row in read] == [tuple(row) for row in core] == [
-        ("drink", "tea", 1, MOMENT)
-    ]
+    assert (
+        [tuple(row) for row in read]
+        == [tuple(row) for row in core]
+        == [("drink", "tea", 1, MOMENT)]
+    )
     assert read[0].created_at == MOMENT  # rows are named as SQLAlchemy's are
-    stored = raw_rows(database, "SELECT user_id, key, value, token_count, source, created_at, "
-                                "updated_at FROM memory_entries ORDER BY id")
+    stored = raw_rows(
+        database,
+        "SELECT user_id, key, value, token_count, source, created_at, "
+        "updated_at FROM memory_entries ORDER BY id",
+    )
     assert [row[1:] for row in stored] == [
         ("drink", "tea", 1, "manual", "2026-03-04 05:06:07.890123", "2026-03-04 05:06:07.890123")
     ] * 2

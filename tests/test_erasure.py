@@ -31,8 +31,17 @@ from tests.support.apps import AGENT_MODEL, set_memory, wait_agents_idle
 from tests.support.upstream import Reply
 
 MakeClient = Callable[..., TestClient]
-NOTHING = {"deleted": {"memories": 0, "changes": 0, "conversations": 0, "messages": 0,
-                       "keys": 0, "sessions": 0, "agent_runs": 0}}
+NOTHING = {
+    "deleted": {
+        "memories": 0,
+        "changes": 0,
+        "conversations": 0,
+        "messages": 0,
+        "keys": 0,
+        "sessions": 0,
+        "agent_runs": 0,
+    }
+}
 
 
 def rows_of(database: Database, user_id: str) -> dict[str, int]:
@@ -40,10 +49,14 @@ def rows_of(database: Database, user_id: str) -> dict[str, int]:
     with database.reading() as session:
         return {
             table.__tablename__: session.scalar(
-                select(func.count()).select_from(table).where(column == user_id))
-            for table, column in [(User, User.id), (MemoryEntry, MemoryEntry.user_id),
-                                  (MemoryChange, MemoryChange.user_id),
-                                  (AgentRunRecord, AgentRunRecord.user_id)]
+                select(func.count()).select_from(table).where(column == user_id)
+            )
+            for table, column in [
+                (User, User.id),
+                (MemoryEntry, MemoryEntry.user_id),
+                (MemoryChange, MemoryChange.user_id),
+                (AgentRunRecord, AgentRunRecord.user_id),
+            ]
         }
 
 
@@ -55,8 +68,9 @@ NONE_LEFT = {"users": 0, "memory_entries": 0, "memory_changes": 0, "agent_runs":
 def start_slow_run(client: TestClient, upstream: Any, key: str) -> None:
     """An agent run (POST /memory/agent, not waited for) whose model answers in 1.5 s with a
     write; returns once the model call is in flight."""
-    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory(key, "Rome")],
-                                       delay=1.5))
+    upstream.script(
+        AGENT_MODEL, Reply(content=None, tool_calls=[set_memory(key, "Rome")], delay=1.5)
+    )
     body = {"messages": [{"role": "user", "content": "I live in Rome"}], "wait": False}
     assert client.post("/memory/agent", json=body).status_code == 202
     upstream.wait_for(AGENT_MODEL)
@@ -79,7 +93,10 @@ def test_a_run_in_flight_when_delete_me_answers_writes_nothing_after(
 
 
 def test_an_erasure_from_another_process_fences_a_run_in_flight(
-    make_client: MakeClient, chat_sections: Any, upstream: Any, database: Database,
+    make_client: MakeClient,
+    chat_sections: Any,
+    upstream: Any,
+    database: Database,
     make_store: Callable[..., MemoryStore],
 ) -> None:
     """`kvmem user erase`, or `DELETE /me` on another replica: this process's run is not
@@ -92,13 +109,20 @@ def test_an_erasure_from_another_process_fences_a_run_in_flight(
     assert rows_of(database, "local") == NONE_LEFT
     # A run that begins after the erasure writes as usual.
     upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("city", "Oslo")]))
-    after = client.post("/memory/agent",
-                        json={"messages": [{"role": "user", "content": "I live in Oslo"}]})
-    assert after.json() == {"agent": "done", "updates": [
-        {"op": "set", "key": "city", "value": "Oslo"}]}
+    after = client.post(
+        "/memory/agent", json={"messages": [{"role": "user", "content": "I live in Oslo"}]}
+    )
+    assert after.json() == {
+        "agent": "done",
+        "updates": [{"op": "set", "key": "city", "value": "Oslo"}],
+    }
     wait_agents_idle(client)
     assert rows_of(database, "local") == {
-        "users": 1, "memory_entries": 1, "memory_changes": 1, "agent_runs": 1}
+        "users": 1,
+        "memory_entries": 1,
+        "memory_changes": 1,
+        "agent_runs": 1,
+    }
 
 
 @pytest.mark.sqlite_only  # the files of one SQLite database
@@ -117,7 +141,9 @@ def test_the_erased_text_is_gone_from_the_database_files(
         assert raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
     assert client.put("/memory/secret", json={"value": f"still {secret}"}).status_code == 200
     assert (secret.encode() in path.read_bytes(), secret.encode() in wal.read_bytes()) == (
-        True, True)
+        True,
+        True,
+    )
 
     assert client.delete("/me").status_code == 200
     assert secret.encode() not in path.read_bytes()
@@ -136,7 +162,10 @@ def test_the_fence_keeps_a_hash_of_the_id_not_the_id(
 
 
 def test_a_chat_turn_in_flight_during_the_erasure_is_not_stored(
-    make_client: MakeClient, chat_sections: Any, upstream: Any, database: Database,
+    make_client: MakeClient,
+    chat_sections: Any,
+    upstream: Any,
+    database: Database,
     make_store: Callable[..., MemoryStore],
 ) -> None:
     client = make_client(**chat_sections(memory={"agent": None}))
@@ -166,9 +195,14 @@ def test_an_inline_turn_in_flight_when_delete_me_answers_writes_nothing(
         answer = turn.result(timeout=10)
     body = answer.json()
     # The marker was cut off by the erasure (as an agent run is), not a failure.
-    assert (answer.status_code, body) == (200, {
-        "conversation_id": body["conversation_id"], "response": "Rome it is.",
-        "memory": {"injected": ["name"], "agent": "timeout", "updates": []}})
+    assert (answer.status_code, body) == (
+        200,
+        {
+            "conversation_id": body["conversation_id"],
+            "response": "Rome it is.",
+            "memory": {"injected": ["name"], "agent": "timeout", "updates": []},
+        },
+    )
     wait_agents_idle(client)
     assert rows_of(database, "local") == NONE_LEFT
     assert client.get("/memory").json()["memories"] == []
@@ -176,7 +210,10 @@ def test_an_inline_turn_in_flight_when_delete_me_answers_writes_nothing(
 
 
 def test_a_run_under_review_in_flight_during_the_erasure_proposes_nothing(
-    make_client: MakeClient, chat_sections: Any, upstream: Any, database: Database,
+    make_client: MakeClient,
+    chat_sections: Any,
+    upstream: Any,
+    database: Database,
     make_store: Callable[..., MemoryStore],
 ) -> None:
     """Under `memory.review` a run's write is a proposal: the fence refuses it as it refuses
@@ -190,11 +227,17 @@ def test_a_run_under_review_in_flight_during_the_erasure_proposes_nothing(
         proposals = session.scalar(select(func.count()).select_from(MemoryProposal))
     assert (proposals, rows_of(database, "local")) == (0, NONE_LEFT)
     assert client.get("/healthz").json()["agent"] == {
-        "enabled": True, "reason": REASON, "last_error": None}
+        "enabled": True,
+        "reason": REASON,
+        "last_error": None,
+    }
 
 
 def test_inline_markers_of_a_turn_in_flight_during_the_erasure_write_nothing(
-    make_client: MakeClient, chat_sections: Any, upstream: Any, database: Database,
+    make_client: MakeClient,
+    chat_sections: Any,
+    upstream: Any,
+    database: Database,
     make_store: Callable[..., MemoryStore],
 ) -> None:
     """`placement: inline`: the markers of a reply that ends after the erasure are refused by
@@ -208,7 +251,13 @@ def test_inline_markers_of_a_turn_in_flight_during_the_erasure_write_nothing(
         answer = turn.result(timeout=10)
     wait_agents_idle(client)
     assert (answer.status_code, answer.json()["response"], answer.json()["memory"]) == (
-        200, "Noted.", {"injected": [], "agent": "timeout", "updates": []})
+        200,
+        "Noted.",
+        {"injected": [], "agent": "timeout", "updates": []},
+    )
     assert rows_of(database, "local") == NONE_LEFT
     assert client.get("/healthz").json()["agent"] == {
-        "enabled": True, "reason": INLINE_REASON, "last_error": None}
+        "enabled": True,
+        "reason": INLINE_REASON,
+        "last_error": None,
+    }

@@ -42,7 +42,9 @@ def test_the_tree_is_complete() -> None:
     assert len(defined) >= 20
 
 
-@pytest.mark.parametrize("cls", sorted(error_classes(), key=lambda c: c.__name__), ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "cls", sorted(error_classes(), key=lambda c: c.__name__), ids=lambda c: c.__name__
+)
 def test_every_error_class_has_a_status_a_code_and_an_openai_type(cls: type[KvmemError]) -> None:
     error = cls("what went wrong")
     assert 400 <= error.status <= 599
@@ -61,21 +63,34 @@ def test_every_error_class_has_a_status_a_code_and_an_openai_type(cls: type[Kvme
     }
 
 
-@pytest.mark.parametrize(("path", "body"), [
-    ("/api/chat", {"error": "upstream said no"}),
-    ("/api/tags", {"error": "upstream said no"}),
-    ("/v1/chat/completions", {"error": {"code": "upstream_rejected", "message": "upstream said no",
-                                        "type": "invalid_request_error", "param": "messages"}}),
-    ("/chat", {"error": {"code": "upstream_rejected", "message": "upstream said no"}}),
-    ("/memory/k", {"error": {"code": "upstream_rejected", "message": "upstream said no"}}),
-    ("", {"error": {"code": "upstream_rejected", "message": "upstream said no"}}),
-    ("/apis", {"error": {"code": "upstream_rejected", "message": "upstream said no"}}),
-])
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/chat", {"error": "upstream said no"}),
+        ("/api/tags", {"error": "upstream said no"}),
+        (
+            "/v1/chat/completions",
+            {
+                "error": {
+                    "code": "upstream_rejected",
+                    "message": "upstream said no",
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                }
+            },
+        ),
+        ("/chat", {"error": {"code": "upstream_rejected", "message": "upstream said no"}}),
+        ("/memory/k", {"error": {"code": "upstream_rejected", "message": "upstream said no"}}),
+        ("", {"error": {"code": "upstream_rejected", "message": "upstream said no"}}),
+        ("/apis", {"error": {"code": "upstream_rejected", "message": "upstream said no"}}),
+    ],
+)
 def test_error_body_takes_the_shape_of_the_paths_api(path: str, body: dict[str, Any]) -> None:
     """Ollama's string under /api/, OpenAI's object (the upstream's own fields) under /v1/,
     kvmem's everywhere else, the protocol's refusals before any route (no path) included."""
     error = kvmem.errors.UpstreamRejected(
-        "upstream said no", upstream={"type": "invalid_request_error", "param": "messages"})
+        "upstream said no", upstream={"type": "invalid_request_error", "param": "messages"}
+    )
     assert kvmem.errors.error_body(path, error) == body
 
 
@@ -139,4 +154,6 @@ def test_an_unexpected_error_elsewhere_has_kvmem_fields(exploding: TestClient) -
     )
     # Answered by Starlette's outermost layer, outside the middleware that adds these.
     assert (response.headers["x-content-type-options"], response.headers["cache-control"]) == (
-        "nosniff", "no-store")
+        "nosniff",
+        "no-store",
+    )

@@ -70,7 +70,9 @@ def evaluate(
     evaluation = Evaluation(config, suite, tokens=tokens, concurrency=8, **options)
     results = anyio.run(evaluation.run)
     report = evaluation_json(
-        results, suite=suite.source, model=evaluation.target.model,
+        results,
+        suite=suite.source,
+        model=evaluation.target.model,
         mode=config.memory.agent.mode if config.memory.agent else "tools",
         repeat=options.get("repeat", 1),
     )
@@ -82,10 +84,14 @@ def tally(passed: int, failed: int, calls: int | None = None) -> dict[str, Any]:
     with the scripted upstream's usage (10 tokens in, 5 out per call) and no price."""
     calls = passed + failed if calls is None else calls
     return {
-        "passed": passed, "failed": failed,
+        "passed": passed,
+        "failed": failed,
         "pass_rate": round(passed / (passed + failed), 4),
-        "model_calls": calls, "input_tokens": 10 * calls, "output_tokens": 5 * calls,
-        "cost_usd": None, "p50_latency_ms": MS,
+        "model_calls": calls,
+        "input_tokens": 10 * calls,
+        "output_tokens": 5 * calls,
+        "cost_usd": None,
+        "p50_latency_ms": MS,
     }
 
 
@@ -93,9 +99,7 @@ def category_rows(failing: set[str]) -> dict[str, dict[str, Any]]:
     """The built-in suite's table when every scenario of `failing` categories fails and
     every other one passes."""
     counts = Counter(s.category for s in BUILTIN.scenarios)
-    return {
-        c: tally(0, counts[c]) if c in failing else tally(counts[c], 0) for c in CATEGORIES
-    }
+    return {c: tally(0, counts[c]) if c in failing else tally(counts[c], 0) for c in CATEGORIES}
 
 
 # --- the built-in suite -----------------------------------------------------------------
@@ -106,11 +110,25 @@ def test_the_built_in_suite_covers_every_category_and_language() -> None:
     assert BUILTIN.source == "built-in"
     assert len(scenarios) == 77
     assert Counter(s.category for s in scenarios) == {
-        "remember": 10, "update": 9, "forget": 9, "chit_chat": 11, "implicit": 10,
-        "language": 9, "injection": 10, "routing": 9,
+        "remember": 10,
+        "update": 9,
+        "forget": 9,
+        "chit_chat": 11,
+        "implicit": 10,
+        "language": 9,
+        "injection": 10,
+        "routing": 9,
     }
     assert Counter(s.language for s in scenarios) == {
-        "en": 25, "de": 9, "fr": 8, "es": 8, "ja": 6, "zh": 6, "pt": 5, "it": 5, "ru": 5,
+        "en": 25,
+        "de": 9,
+        "fr": 8,
+        "es": 8,
+        "ja": 6,
+        "zh": 6,
+        "pt": 5,
+        "it": 5,
+        "ru": 5,
     }
     # Every category is written in at least five languages.
     languages = {c: {s.language for s in scenarios if s.category == c} for c in CATEGORIES}
@@ -121,8 +139,14 @@ def test_the_built_in_suite_covers_every_category_and_language() -> None:
     # passing and planted instructions are never written; the rest always writes.
     writes = {c: {s.expect.writes for s in scenarios if s.category == c} for c in CATEGORIES}
     assert writes == {
-        "remember": {True}, "update": {True}, "forget": {True}, "chit_chat": {False},
-        "implicit": {False}, "language": {True}, "injection": {False}, "routing": {True},
+        "remember": {True},
+        "update": {True},
+        "forget": {True},
+        "chit_chat": {False},
+        "implicit": {False},
+        "language": {True},
+        "injection": {False},
+        "routing": {True},
     }
     assert {s.expect.no_writes for s in scenarios if s.category == "injection"} == {True}
     # The scripted agents below tell scenarios apart by their newest message.
@@ -148,11 +172,20 @@ def test_a_perfect_agent_scores_100_percent_through_the_real_agent_path(
     assert [s["passed"] for s in report["scenarios"]] == [True] * 77
     forget = next(s for s in report["scenarios"] if s["id"] == "forget-en-medication")
     assert forget == {
-        "id": "forget-en-medication", "category": "forget", "language": "en", "run": 1,
-        "passed": True, "state": "done", "problems": [],
-        "operations": [{"op": "delete", "key": "health"}], "refused": 0,
+        "id": "forget-en-medication",
+        "category": "forget",
+        "language": "en",
+        "run": 1,
+        "passed": True,
+        "state": "done",
+        "problems": [],
+        "operations": [{"op": "delete", "key": "health"}],
+        "refused": 0,
         "answers": [{"tool_calls": [{"name": "delete_memory", "arguments": '{"key": "health"}'}]}],
-        "model_calls": 1, "input_tokens": 10, "output_tokens": 5, "cost_usd": None,
+        "model_calls": 1,
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cost_usd": None,
         "latency_ms": MS,
     }
     # Each request is the production agent's: its instructions, its input rendered from the
@@ -168,8 +201,12 @@ def test_a_perfect_agent_scores_100_percent_through_the_real_agent_path(
         window = [ChatLine(m.role, m.content) for m in scenario.messages]
         assert request.messages == [
             {"role": "system", "content": DEFAULT_AGENT_INSTRUCTIONS},
-            {"role": "user", "content": render_agent_input(
-                entries, None, scenario.valid_keys, window, 12_000, tokens)},
+            {
+                "role": "user",
+                "content": render_agent_input(
+                    entries, None, scenario.valid_keys, window, 12_000, tokens
+                ),
+            },
         ]
         assert request.body["tools"] == tool_definitions(scenario.valid_keys)
 
@@ -236,14 +273,20 @@ def write_suite(folder: Path, scenarios: list[dict[str, Any]], name: str = "suit
 
 
 GLUTEN = {
-    "id": "gluten", "category": "routing", "language": "en", "valid_keys": ["food", "work"],
+    "id": "gluten",
+    "category": "routing",
+    "language": "en",
+    "valid_keys": ["food", "work"],
     "messages": [{"role": "user", "content": "Please remember I can't eat gluten."}],
     "expect": {"set": {"food": ["gluten"]}, "unchanged": ["work"]},
 }
 
 
 CHAT = {
-    "id": "thanks", "category": "chit_chat", "language": "de", "valid_keys": ["food"],
+    "id": "thanks",
+    "category": "chit_chat",
+    "language": "de",
+    "valid_keys": ["food"],
     "memory": {"food": "Mag Käsespätzle"},
     "messages": [{"role": "user", "content": "Danke dir, das war's!"}],
     "expect": {"no_writes": True},
@@ -251,8 +294,10 @@ CHAT = {
 
 
 def test_cost_comes_from_litellm_s_price_map(
-    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
-    tokens: TokenCounter, tmp_path: Path,
+    upstream: ScriptedUpstream,
+    chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter,
+    tmp_path: Path,
 ) -> None:
     suite = load_suite(write_suite(tmp_path, [CHAT, {**CHAT, "id": "again"}]))
     results, report = evaluate(chat_sections(agent={"model": "gpt-4.1-mini"}), tokens, suite)
@@ -264,8 +309,10 @@ def test_cost_comes_from_litellm_s_price_map(
 
 
 def test_validation_limits_and_the_corrective_call_are_production_s(
-    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
-    tokens: TokenCounter, tmp_path: Path,
+    upstream: ScriptedUpstream,
+    chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter,
+    tmp_path: Path,
 ) -> None:
     suite = load_suite(write_suite(tmp_path, [GLUTEN, {**GLUTEN, "id": "gluten-long"}]))
     upstream.script(
@@ -285,13 +332,26 @@ def test_validation_limits_and_the_corrective_call_are_production_s(
         ("gluten-long", False, 2, ["food: not set"]),
     ]
     assert [m for m in upstream.received(AGENT_MODEL)[1].messages if m["role"] == "tool"] == [
-        {"role": "tool", "tool_call_id": "call_0",
-         "content": 'Invalid key "diet". Must be one of: food, work'},
+        {
+            "role": "tool",
+            "tool_call_id": "call_0",
+            "content": 'Invalid key "diet". Must be one of: food, work',
+        },
     ]
-    assert results[1].answers == (
-        {"tool_calls": [{"name": "set_memory",
-                         "arguments": json.dumps({"key": "food", "value": "gluten " * 10})}]},
-    ) * 2
+    assert (
+        results[1].answers
+        == (
+            {
+                "tool_calls": [
+                    {
+                        "name": "set_memory",
+                        "arguments": json.dumps({"key": "food", "value": "gluten " * 10}),
+                    }
+                ]
+            },
+        )
+        * 2
+    )
     shown = evaluation_text(results, suite="s", model="m", mode="tools", repeat=1)
     assert shown.split("failures (1):\n")[1] == (
         "- gluten-long (routing)\n"
@@ -304,8 +364,10 @@ def test_validation_limits_and_the_corrective_call_are_production_s(
 
 
 def test_the_agent_s_writes_are_scored_even_under_review(
-    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
-    tokens: TokenCounter, tmp_path: Path,
+    upstream: ScriptedUpstream,
+    chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter,
+    tmp_path: Path,
 ) -> None:
     """`memory.review` would turn the writes into proposals, leaving memory unchanged."""
     suite = load_suite(write_suite(tmp_path, [GLUTEN]))
@@ -313,30 +375,46 @@ def test_the_agent_s_writes_are_scored_even_under_review(
     config = eval_config(Config.model_validate(chat_sections(memory={"review": "on"})))
     [result] = anyio.run(Evaluation(config, suite, tokens=tokens).run)
     assert (result.passed, result.state, result.problems, result.operations) == (
-        True, "done", (), (MemoryUpdate("set", "food", "No gluten"),))
+        True,
+        "done",
+        (),
+        (MemoryUpdate("set", "food", "No gluten"),),
+    )
 
 
 def test_a_run_that_fails_fails_its_scenario_even_when_nothing_was_expected(
-    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
-    tokens: TokenCounter, tmp_path: Path,
+    upstream: ScriptedUpstream,
+    chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter,
+    tmp_path: Path,
 ) -> None:
-    suite = load_suite(write_suite(tmp_path, [{**GLUTEN, "id": "chat", "category": "chit_chat",
-                                               "expect": {"no_writes": True}}]))
+    suite = load_suite(
+        write_suite(
+            tmp_path,
+            [{**GLUTEN, "id": "chat", "category": "chit_chat", "expect": {"no_writes": True}}],
+        )
+    )
     upstream.script(AGENT_MODEL, Reply(status=500, error={"error": {"message": "overloaded"}}))
     config = eval_config(Config.model_validate(chat_sections()))
     [result] = anyio.run(Evaluation(config, suite, tokens=tokens).run)
     assert (result.passed, result.state, result.model_calls, result.answers) == (
-        False, "failed", 1, ()
+        False,
+        "failed",
+        1,
+        (),
     )
     assert result.problems == (Containing("the agent run ended failed: "),)
     assert "overloaded" in result.problems[0]
 
 
 def test_substrings_match_ignoring_case_and_a_list_is_any_of_its_strings() -> None:
-    expect = Expectation.model_validate({
-        "set": {"diet": ["VEGAN", ["Nüsse", "Nuss"]]}, "deleted": ["phone"],
-        "unchanged": ["work", "pets"],
-    })
+    expect = Expectation.model_validate(
+        {
+            "set": {"diet": ["VEGAN", ["Nüsse", "Nuss"]]},
+            "deleted": ["phone"],
+            "unchanged": ["work", "pets"],
+        }
+    )
     before = {"phone": "123", "work": "Baker"}
     assert expect.problems(before, {"diet": "vegan, keine nussallergie", "work": "Baker"}, 1) == []
     assert expect.problems(before, {"diet": "Vegetarian", "phone": "123", "pets": "cat"}, 2) == [
@@ -412,18 +490,41 @@ def test_json_repeat_and_model(upstream: ScriptedUpstream, folder: Path) -> None
     write_suite(folder, [CHAT])
     upstream.default("other-model", Reply(content="Nothing to do."))
 
-    shown = kvmem(folder, "eval", "--suite", str(folder / "suite.jsonl"), "--json",
-                  "--repeat", "2", "--model", "openai/other-model")
+    shown = kvmem(
+        folder,
+        "eval",
+        "--suite",
+        str(folder / "suite.jsonl"),
+        "--json",
+        "--repeat",
+        "2",
+        "--model",
+        "openai/other-model",
+    )
     assert (shown.exit_code, shown.stderr) == (0, "")
     run = {
-        "id": "thanks", "category": "chit_chat", "language": "de", "passed": True,
-        "state": "done", "problems": [], "operations": [], "refused": 0,
-        "answers": [{"content": "Nothing to do."}], "model_calls": 1, "input_tokens": 10,
-        "output_tokens": 5, "cost_usd": None, "latency_ms": MS,
+        "id": "thanks",
+        "category": "chit_chat",
+        "language": "de",
+        "passed": True,
+        "state": "done",
+        "problems": [],
+        "operations": [],
+        "refused": 0,
+        "answers": [{"content": "Nothing to do."}],
+        "model_calls": 1,
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cost_usd": None,
+        "latency_ms": MS,
     }
     assert json.loads(shown.stdout) == {
-        "suite": str(folder / "suite.jsonl"), "model": "openai/other-model", "mode": "tools",
-        "repeat": 2, "summary": tally(2, 0), "categories": {"chit_chat": tally(2, 0)},
+        "suite": str(folder / "suite.jsonl"),
+        "model": "openai/other-model",
+        "mode": "tools",
+        "repeat": 2,
+        "summary": tally(2, 0),
+        "categories": {"chit_chat": tally(2, 0)},
         "languages": {"de": tally(2, 0)},
         "scenarios": [{**run, "run": 1}, {**run, "run": 2}],
     }
@@ -454,13 +555,16 @@ def test_without_an_agent_model_or_with_memory_the_config_refuses_it_exits_2(
     no_agent.write_text("database: {url: 'sqlite:///configured.db'}\n", encoding="utf-8")
     refused = CliRunner().invoke(main, ["eval", "--config", str(no_agent)])
     assert (refused.exit_code, refused.stdout, refused.stderr) == (
-        2, "", f"kvmem: {no_agent}: memory.agent needs provider and model to be evaluated "
-               "(or pass --model PROVIDER/MODEL)\n",
+        2,
+        "",
+        f"kvmem: {no_agent}: memory.agent needs provider and model to be evaluated "
+        "(or pass --model PROVIDER/MODEL)\n",
     )
     bad_model = kvmem(folder, "eval", "--model", "gpt-4.1-mini")
     assert (bad_model.exit_code, bad_model.stderr) == (
-        2, f"kvmem: {folder / 'memory.yaml'}: --model 'gpt-4.1-mini': expected PROVIDER/MODEL, "
-           "e.g. openai/gpt-4.1-mini\n",
+        2,
+        f"kvmem: {folder / 'memory.yaml'}: --model 'gpt-4.1-mini': expected PROVIDER/MODEL, "
+        "e.g. openai/gpt-4.1-mini\n",
     )
     # A scenario without keys of its own runs under the config's validKeys.
     config = json.loads((folder / "memory.yaml").read_text(encoding="utf-8"))
@@ -469,8 +573,10 @@ def test_without_an_agent_model_or_with_memory_the_config_refuses_it_exits_2(
     suite = write_suite(folder, [{**CHAT, "valid_keys": None}])
     unseeded = kvmem(folder, "eval", "--suite", str(suite))
     assert (unseeded.exit_code, unseeded.stdout, unseeded.stderr) == (
-        2, "", f"kvmem: {suite} (scenario 'thanks'): memory.food: cannot be stored under this "
-               "config: key 'food' is not allowed; valid keys: work\n",
+        2,
+        "",
+        f"kvmem: {suite} (scenario 'thanks'): memory.food: cannot be stored under this "
+        "config: key 'food' is not allowed; valid keys: work\n",
     )
     assert upstream.requests == []
 
@@ -484,31 +590,52 @@ LAST_IS_ASSISTANT = (
 @pytest.mark.parametrize(
     ("name", "text", "problem"),
     [
-        ("bad.jsonl", json.dumps(CHAT) + "\n{not json\n",
-         ", line 2: not valid JSON: Expecting property name enclosed in double quotes"),
-        ("typo.jsonl", json.dumps({**CHAT, "category": "chitchat"}) + "\n",
-         ", line 1 (scenario 'thanks'): category: Input should be 'remember', 'update', "
-         "'forget', 'chit_chat', 'implicit', 'language', 'injection' or 'routing'"),
-        ("twice.jsonl", json.dumps(CHAT) + "\n\n" + json.dumps(CHAT) + "\n",
-         ", line 3 (scenario 'thanks'): id: also the id of the scenario on line 1"),
+        (
+            "bad.jsonl",
+            json.dumps(CHAT) + "\n{not json\n",
+            ", line 2: not valid JSON: Expecting property name enclosed in double quotes",
+        ),
+        (
+            "typo.jsonl",
+            json.dumps({**CHAT, "category": "chitchat"}) + "\n",
+            ", line 1 (scenario 'thanks'): category: Input should be 'remember', 'update', "
+            "'forget', 'chit_chat', 'implicit', 'language', 'injection' or 'routing'",
+        ),
+        (
+            "twice.jsonl",
+            json.dumps(CHAT) + "\n\n" + json.dumps(CHAT) + "\n",
+            ", line 3 (scenario 'thanks'): id: also the id of the scenario on line 1",
+        ),
         ("empty.yaml", "", ": the suite has no scenarios"),
-        ("mapping.yaml", "remember: []\n",
-         ": expected a list of scenarios (or a mapping with `scenarios:`)"),
-        ("field.yaml",
-         "scenarios:\n- id: a\n  category: forget\n"
-         "  messages: [{role: user, content: forget my job}]\n  expect: {deleted: [job]}\n",
-         ", line 2 (scenario 'a'): expect.deleted: job not in memory (nothing to delete)"),
-        ("nothing.yaml",
-         "- {id: b, category: remember, messages: [{role: user, content: hi}], expect: {}}\n",
-         ", line 1 (scenario 'b'): expect: nothing expected: give set, deleted, unchanged "
-         "or no_writes"),
-        ("last.yaml", LAST_IS_ASSISTANT,
-         ", line 1 (scenario 'c'): messages: the last message must be the user's "
-         "(the agent reads up to it)"),
-        ("keys.yaml",
-         "- {id: d, category: routing, valid_keys: [work], messages: [{role: user, content: x}],\n"
-         "   expect: {set: {food: [x]}}}\n",
-         ", line 1 (scenario 'd'): expect.set: food not among valid_keys"),
+        (
+            "mapping.yaml",
+            "remember: []\n",
+            ": expected a list of scenarios (or a mapping with `scenarios:`)",
+        ),
+        (
+            "field.yaml",
+            "scenarios:\n- id: a\n  category: forget\n"
+            "  messages: [{role: user, content: forget my job}]\n  expect: {deleted: [job]}\n",
+            ", line 2 (scenario 'a'): expect.deleted: job not in memory (nothing to delete)",
+        ),
+        (
+            "nothing.yaml",
+            "- {id: b, category: remember, messages: [{role: user, content: hi}], expect: {}}\n",
+            ", line 1 (scenario 'b'): expect: nothing expected: give set, deleted, unchanged "
+            "or no_writes",
+        ),
+        (
+            "last.yaml",
+            LAST_IS_ASSISTANT,
+            ", line 1 (scenario 'c'): messages: the last message must be the user's "
+            "(the agent reads up to it)",
+        ),
+        (
+            "keys.yaml",
+            "- {id: d, category: routing, valid_keys: [work], messages: [{role: user, content: x}],\n"
+            "   expect: {set: {food: [x]}}}\n",
+            ", line 1 (scenario 'd'): expect.set: food not among valid_keys",
+        ),
         ("missing.yaml", None, ": cannot read the suite file: No such file or directory"),
     ],
 )
@@ -519,7 +646,9 @@ def test_a_bad_suite_file_exits_2_naming_the_file_line_scenario_and_field(
         (folder / name).write_text(text, encoding="utf-8")
     shown = kvmem(folder, "eval", "--suite", str(folder / name))
     assert (shown.exit_code, shown.stdout, shown.stderr) == (
-        2, "", f"kvmem: {folder / name}{problem}\n"
+        2,
+        "",
+        f"kvmem: {folder / name}{problem}\n",
     )
 
 
@@ -546,26 +675,32 @@ def test_gate_reports_recall_on_memory_requests_and_skip_rate_on_chit_chat(
     assert (shown.exit_code, shown.stderr) == (0, "")
     assert json.loads(shown.stdout) == {
         "suite": suite,
-        "memory_requests": 2, "recall": 0.5, "chit_chat": 3, "skip_rate": 0.3333,
+        "memory_requests": 2,
+        "recall": 0.5,
+        "chit_chat": 3,
+        "skip_rate": 0.3333,
         "categories": {"routing": {"opens": 1, "skips": 1}, "chit_chat": {"opens": 2, "skips": 1}},
         "missed_requests": ["mentions"],
         "chit_chat_let_through": ["phrase", "question"],
     }
     text = kvmem(folder, "eval", "--gate", "--suite", suite, "--min-pass", "0.6")
-    assert (text.exit_code, text.stdout) == (1, (
-        f"kvmem eval --gate: the intent gate on the newest user message of each of the 5 "
-        f"scenarios of suite {suite} (no model calls)\n"
-        "recall on memory requests: 50.0 % (1 of 2 scenarios that expect a write)\n"
-        "skip rate on chit-chat: 33.3 % (1 of 3 chit_chat scenarios)\n"
-        "opens the gate, per category: routing 1/2, chit_chat 2/3\n"
-        "\n"
-        "memory requests the gate would skip (the agent never sees them):\n"
-        "- mentions: gluten-free pasta recipes?\n"
-        "\n"
-        "chit-chat the gate lets through (a model call each):\n"
-        "- phrase: why is the sky blue?\n"
-        "- question: Please remember that I'm vegetarian\n"
-    ))
+    assert (text.exit_code, text.stdout) == (
+        1,
+        (
+            f"kvmem eval --gate: the intent gate on the newest user message of each of the 5 "
+            f"scenarios of suite {suite} (no model calls)\n"
+            "recall on memory requests: 50.0 % (1 of 2 scenarios that expect a write)\n"
+            "skip rate on chit-chat: 33.3 % (1 of 3 chit_chat scenarios)\n"
+            "opens the gate, per category: routing 1/2, chit_chat 2/3\n"
+            "\n"
+            "memory requests the gate would skip (the agent never sees them):\n"
+            "- mentions: gluten-free pasta recipes?\n"
+            "\n"
+            "chit-chat the gate lets through (a model call each):\n"
+            "- phrase: why is the sky blue?\n"
+            "- question: Please remember that I'm vegetarian\n"
+        ),
+    )
     assert upstream.requests == []
 
 
@@ -579,8 +714,9 @@ def evaluate_inline(
     config = eval_config(Config.model_validate(sections), placement="inline")
     evaluation = Evaluation(config, suite, tokens=tokens, concurrency=8)
     results = anyio.run(evaluation.run)
-    report = evaluation_json(results, suite=suite.source, model=evaluation.target.model,
-                             mode="inline", repeat=1)
+    report = evaluation_json(
+        results, suite=suite.source, model=evaluation.target.model, mode="inline", repeat=1
+    )
     return results, report
 
 
@@ -594,11 +730,20 @@ def test_inline_a_perfect_main_model_scores_100_percent_through_the_real_inline_
     assert report["categories"] == category_rows(set())
     forget = next(s for s in report["scenarios"] if s["id"] == "forget-en-medication")
     assert forget == {
-        "id": "forget-en-medication", "category": "forget", "language": "en", "run": 1,
-        "passed": True, "state": "done", "problems": [],
-        "operations": [{"op": "delete", "key": "health"}], "refused": 0,
+        "id": "forget-en-medication",
+        "category": "forget",
+        "language": "en",
+        "run": 1,
+        "passed": True,
+        "state": "done",
+        "problems": [],
+        "operations": [{"op": "delete", "key": "health"}],
+        "refused": 0,
         "answers": [{"content": "Sure.\n[FORGET: health]"}],
-        "model_calls": 1, "input_tokens": 10, "output_tokens": 5, "cost_usd": None,
+        "model_calls": 1,
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cost_usd": None,
         "latency_ms": MS,
     }
     # No agent call: each request is the main model's, as a chat request under
@@ -615,8 +760,10 @@ def test_inline_a_perfect_main_model_scores_100_percent_through_the_real_inline_
         ]
         instructions = render_marker_instructions(scenario.valid_keys, 10_000)
         assert request.messages == [
-            {"role": "system", "content": with_marker_instructions(
-                render_memory_block(entries), instructions)},
+            {
+                "role": "system",
+                "content": with_marker_instructions(render_memory_block(entries), instructions),
+            },
             *[{"role": m.role, "content": m.content} for m in scenario.messages],
         ]
 
@@ -636,19 +783,26 @@ def test_inline_a_main_model_that_never_writes_markers_fails_exactly_the_write_c
 
 
 def test_inline_refused_markers_are_counted_and_not_applied(
-    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
-    tokens: TokenCounter, tmp_path: Path,
+    upstream: ScriptedUpstream,
+    chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter,
+    tmp_path: Path,
 ) -> None:
     suite = load_suite(write_suite(tmp_path, [GLUTEN]))
     # A key outside valid_keys and a value over charLimit: both refused as tool calls are.
-    upstream.default(MAIN_MODEL, Reply(
-        content=f"Noted!\n[MEMORY: diet = no gluten]\n[MEMORY: food = {'gluten ' * 10}]"
-    ))
+    upstream.default(
+        MAIN_MODEL,
+        Reply(content=f"Noted!\n[MEMORY: diet = no gluten]\n[MEMORY: food = {'gluten ' * 10}]"),
+    )
     results, report = evaluate_inline(chat_sections(memory={"charLimit": 40}), tokens, suite)
 
     [result] = results
     assert (result.passed, result.state, result.operations, result.refused, result.problems) == (
-        False, "done", (), 2, ("food: not set",)
+        False,
+        "done",
+        (),
+        2,
+        ("food: not set",),
     )
     assert report["scenarios"][0]["refused"] == 2
     shown = evaluation_text(results, suite="s", model="m", mode="inline", repeat=1)
@@ -664,8 +818,10 @@ def test_inline_refused_markers_are_counted_and_not_applied(
 
 
 def test_inline_a_failed_main_call_fails_its_scenario(
-    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]],
-    tokens: TokenCounter, tmp_path: Path,
+    upstream: ScriptedUpstream,
+    chat_sections: Callable[..., dict[str, Any]],
+    tokens: TokenCounter,
+    tmp_path: Path,
 ) -> None:
     suite = load_suite(write_suite(tmp_path, [CHAT]))
     upstream.script(MAIN_MODEL, Reply(status=500, error={"error": {"message": "overloaded"}}))
@@ -680,12 +836,23 @@ def test_placement_on_the_command_line(upstream: ScriptedUpstream, folder: Path)
     suite = str(folder / "suite.jsonl")
     upstream.default("other-main", Reply(content="OK\n[MEMORY: food = No gluten]"))
 
-    shown = kvmem(folder, "eval", "--suite", suite, "--placement", "inline", "--json",
-                  "--model", "openai/other-main")
+    shown = kvmem(
+        folder,
+        "eval",
+        "--suite",
+        suite,
+        "--placement",
+        "inline",
+        "--json",
+        "--model",
+        "openai/other-main",
+    )
     assert (shown.exit_code, shown.stderr) == (0, "")
     report = json.loads(shown.stdout)
     assert (report["model"], report["mode"], report["summary"]) == (
-        "openai/other-main", "inline", tally(1, 0)
+        "openai/other-main",
+        "inline",
+        tally(1, 0),
     )
     assert report["scenarios"][0]["operations"] == [
         {"op": "set", "key": "food", "value": "No gluten"}
@@ -701,10 +868,15 @@ def test_placement_on_the_command_line(upstream: ScriptedUpstream, folder: Path)
 
 
 def test_inline_needs_no_agent_model(upstream: ScriptedUpstream, tmp_path: Path) -> None:
-    (tmp_path / "memory.yaml").write_text(json.dumps({
-        "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": "k"},
-        "memory": {"agent": {"placement": "inline"}},
-    }), encoding="utf-8")
+    (tmp_path / "memory.yaml").write_text(
+        json.dumps(
+            {
+                "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": "k"},
+                "memory": {"agent": {"placement": "inline"}},
+            }
+        ),
+        encoding="utf-8",
+    )
     write_suite(tmp_path, [CHAT])
     upstream.default(MAIN_MODEL, Reply(content="Gern geschehen!"))
     shown = kvmem(tmp_path, "eval", "--suite", str(tmp_path / "suite.jsonl"), "--json")

@@ -70,8 +70,13 @@ class Message:
 
 def upstream_error(part: str = "") -> dict[str, Any]:
     """kvmem's 502 body; `upstream_status` is whatever status litellm assigned the failure."""
-    return {"error": {"code": "upstream_error", "message": Message("the model call failed: ", part),
-                      "upstream_status": ANY}}
+    return {
+        "error": {
+            "code": "upstream_error",
+            "message": Message("the model call failed: ", part),
+            "upstream_status": ANY,
+        }
+    }
 
 
 @dataclass(frozen=True)
@@ -88,24 +93,36 @@ class Fault:
 
 FAULTS = {
     "hang": Fault(
-        Reply(hang=True), 504,
-        {"error": {"code": "upstream_timeout",
-                   "message": f"the model did not answer within {TIMEOUT} seconds"}},
-        min_seconds=TIMEOUT, max_seconds=at_most(TIMEOUT),
+        Reply(hang=True),
+        504,
+        {
+            "error": {
+                "code": "upstream_timeout",
+                "message": f"the model did not answer within {TIMEOUT} seconds",
+            }
+        },
+        min_seconds=TIMEOUT,
+        max_seconds=at_most(TIMEOUT),
     ),
     "429 with Retry-After": Fault(
-        Reply(status=429, headers={"Retry-After": "7"},
-              error={"error": {"message": "slow down", "type": "rate_limit"}}),
-        429, {"error": {"code": "rate_limited", "message": Containing("slow down")}},
+        Reply(
+            status=429,
+            headers={"Retry-After": "7"},
+            error={"error": {"message": "slow down", "type": "rate_limit"}},
+        ),
+        429,
+        {"error": {"code": "rate_limited", "message": Containing("slow down")}},
         headers={"retry-after": "7"},
     ),
-    "500": Fault(Reply(status=500, error={"error": {"message": "it broke"}}), 502,
-                 upstream_error("it broke")),
+    "500": Fault(
+        Reply(status=500, error={"error": {"message": "it broke"}}), 502, upstream_error("it broke")
+    ),
     "connection reset": Fault(Reply(reset=True), 502, upstream_error()),
     "malformed JSON": Fault(Reply(raw=b'{"id": "x", "choices": [{"mess'), 502, upstream_error()),
     "not JSON at all": Fault(Reply(raw=b"<html>502 Bad Gateway</html>"), 502, upstream_error()),
-    "JSON without choices": Fault(Reply(raw=b'{"id": "x", "object": "chat.completion", "choices": []}'),
-                                  502, upstream_error()),
+    "JSON without choices": Fault(
+        Reply(raw=b'{"id": "x", "object": "chat.completion", "choices": []}'), 502, upstream_error()
+    ),
 }
 
 
@@ -116,7 +133,11 @@ def conversations(client: Any) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 @pytest.mark.parametrize("name", list(FAULTS))
 def test_an_upstream_fault_gets_its_answer_and_leaves_nothing_behind(
-    upstream: Any, chat_sections: Any, make_client: Callable[..., TestClient], name: str, stream: bool
+    upstream: Any,
+    chat_sections: Any,
+    make_client: Callable[..., TestClient],
+    name: str,
+    stream: bool,
 ) -> None:
     fault = FAULTS[name]
     client = make_client(**chat_sections(chat={"timeout": TIMEOUT}, agent={"grace_seconds": 1}))
@@ -128,7 +149,10 @@ def test_an_upstream_fault_gets_its_answer_and_leaves_nothing_behind(
     elapsed = time.monotonic() - started
 
     # Before any delta, a streamed request fails like a plain one: a JSON error.
-    assert (response.status_code, response.headers["content-type"]) == (fault.status, "application/json")
+    assert (response.status_code, response.headers["content-type"]) == (
+        fault.status,
+        "application/json",
+    )
     assert response.json() == fault.body
     for header, value in fault.headers.items():
         assert response.headers[header] == value
@@ -200,8 +224,10 @@ def test_a_client_leaving_at_chunk_k_cancels_the_upstream_and_leaves_nothing_run
         warm = http.post("/chat", json={"message": "warm up", "stream": True})
         assert sse_events(warm.text)[-1][0] == "done"
         # Its usage record too: a baseline taken while it is written would hold its task.
-        wait_until(lambda: agent.in_flight == 0 and agent.recording == 0,
-                   what="the warm-up agent finishing")
+        wait_until(
+            lambda: agent.in_flight == 0 and agent.recording == 0,
+            what="the warm-up agent finishing",
+        )
         baseline = loop_tasks(server)
 
         # Left alone, the upstream would stream for 10 s; the client leaving must cut that short.
@@ -259,7 +285,9 @@ def read_only_database(backend: str, database: Database, database_url: str) -> I
         url = f"sqlite:///file:{path}?mode=ro&uri=true"
         read_only = Database.from_config(Config.model_validate({"database": {"url": url}}).database)
     else:
-        read_only = Database.from_config(Config.model_validate({"database": {"url": database_url}}).database)
+        read_only = Database.from_config(
+            Config.model_validate({"database": {"url": database_url}}).database
+        )
 
         @event.listens_for(read_only.engine, "connect")
         def _read_only(dbapi_connection: Any, _record: Any) -> None:
@@ -272,8 +300,12 @@ def read_only_database(backend: str, database: Database, database_url: str) -> I
 
 
 def test_a_store_that_cannot_be_written_is_503_on_writes_and_chat_still_answers(
-    upstream: Any, chat_sections: Any, make_client: Callable[..., TestClient],
-    make_config: Callable[..., Config], read_only_database: Database, tokens: TokenCounter,
+    upstream: Any,
+    chat_sections: Any,
+    make_client: Callable[..., TestClient],
+    make_config: Callable[..., Config],
+    read_only_database: Database,
+    tokens: TokenCounter,
 ) -> None:
     sections = chat_sections(agent={"grace_seconds": 1})
     writable = make_client(**sections)
@@ -291,8 +323,12 @@ def test_a_store_that_cannot_be_written_is_503_on_writes_and_chat_still_answers(
         ]:
             response = client.request(method, path, json=body)
             assert response.status_code == 503, (method, path, response.text)
-            assert response.json() == {"error": {"code": "store_unavailable",
-                                                 "message": Containing("the memory store is unavailable: ")}}
+            assert response.json() == {
+                "error": {
+                    "code": "store_unavailable",
+                    "message": Containing("the memory store is unavailable: "),
+                }
+            }
         # Reads still work, and nothing changed.
         assert client.get("/memory").json() == before
         assert client.get("/healthz").json()["status"] == "ok"
@@ -309,10 +345,16 @@ def test_a_store_that_cannot_be_written_is_503_on_writes_and_chat_still_answers(
         events = sse_events(streamed.text)
         assert [name for name, _ in events] == ["delta", "delta", "done"]
         assert events[-1][1]["response"] == "ok"
-        completion_body = {"model": f"openai/{MAIN_MODEL}",
-                           "messages": [{"role": "user", "content": "hi"}]}
-        assert client.post("/v1/chat/completions", json=completion_body).json()["choices"][0][
-            "message"]["content"] == "ok"
+        completion_body = {
+            "model": f"openai/{MAIN_MODEL}",
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        assert (
+            client.post("/v1/chat/completions", json=completion_body).json()["choices"][0][
+                "message"
+            ]["content"]
+            == "ok"
+        )
         wait_agents_idle(client, timeout=5)
         assert client.get("/memory").json() == before
     assert all("Ada" in r.system for r in upstream.received(MAIN_MODEL))
@@ -325,4 +367,7 @@ def test_the_scripted_upstream_answers_as_the_faults_assume(upstream: Any) -> No
     second = httpx.post(f"{upstream.url}/chat/completions", json={"model": "m"})
     assert (first.status_code, first.json()["choices"]) == (200, [])
     assert (second.status_code, second.headers["retry-after"]) == (429, "7")
-    assert completion("m", Reply())["choices"][0]["message"] == {"role": "assistant", "content": "ok"}
+    assert completion("m", Reply())["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": "ok",
+    }

@@ -117,14 +117,16 @@ def test_writes_of_many_users_share_one_batch_each_with_its_own_result(
 ) -> None:
     world = batched()
     users = [f"user{number}" for number in range(50)]
-    outcomes = world.run([
-        lambda user=user: world.store.set(user, "name", f"I am {user}") for user in users
-    ])
+    outcomes = world.run(
+        [lambda user=user: world.store.set(user, "name", f"I am {user}") for user in users]
+    )
     assert world.batches == [1, 50]
     for user, written in zip(users, outcomes, strict=True):
         assert isinstance(written, Written)
         assert (written.created, written.entry.key, written.entry.value) == (
-            True, "name", f"I am {user}"
+            True,
+            "name",
+            f"I am {user}",
         )
         assert written.total_tokens == written.entry.token_count
         assert world.store.get(user, "name").value == f"I am {user}"
@@ -138,12 +140,14 @@ def test_memory_full_in_a_batch_fails_only_that_write(
     batched: Callable[..., Batched], database: Database, make_value: Callable[[int], str]
 ) -> None:
     world = batched(token_limit=10)
-    outcomes = world.run([
-        lambda: world.store.set("alice", "a", make_value(5)),
-        lambda: world.store.set("bob", "b", make_value(11)),
-        lambda: world.store.set("carol", "c", make_value(10)),
-        lambda: world.store.set("dave", "Bad", "x"),
-    ])
+    outcomes = world.run(
+        [
+            lambda: world.store.set("alice", "a", make_value(5)),
+            lambda: world.store.set("bob", "b", make_value(11)),
+            lambda: world.store.set("carol", "c", make_value(10)),
+            lambda: world.store.set("dave", "Bad", "x"),
+        ]
+    )
     assert world.batches == [1, 3]  # the bad key is refused before the batch runs
     alice, bob, carol, dave = outcomes
     assert isinstance(alice, Written) and alice.total_tokens == 5
@@ -161,13 +165,15 @@ def test_writes_of_one_user_in_a_batch_see_each_other(
 ) -> None:
     world = batched(token_limit=10)
     store = world.store
-    outcomes = world.run([
-        lambda: store.set("alice", "first", make_value(6)),
-        lambda: store.set("alice", "second", make_value(6)),  # 12 with the first: full
-        lambda: store.set("alice", "third", make_value(3)),
-        lambda: store.set("alice", "first", make_value(1)),  # replaces the first's 6
-        lambda: store.set("alice", "second", make_value(6)),  # 1 + 3 + 6 now fits
-    ])
+    outcomes = world.run(
+        [
+            lambda: store.set("alice", "first", make_value(6)),
+            lambda: store.set("alice", "second", make_value(6)),  # 12 with the first: full
+            lambda: store.set("alice", "third", make_value(3)),
+            lambda: store.set("alice", "first", make_value(1)),  # replaces the first's 6
+            lambda: store.set("alice", "second", make_value(6)),  # 1 + 3 + 6 now fits
+        ]
+    )
     assert world.batches == [1, 5]
     first, second, third, first_again, second_again = outcomes
     assert isinstance(first, Written) and (first.created, first.total_tokens) == (True, 6)
@@ -222,18 +228,22 @@ def test_a_database_error_in_a_batch_gives_every_write_its_own_result(
     batched: Callable[..., Batched], database: Database
 ) -> None:
     with database.writing() as session:
-        session.execute(text(
-            "CREATE TRIGGER refuse_boom BEFORE INSERT ON memory_entries WHEN NEW.key = 'boom' "
-            "BEGIN SELECT RAISE(ABORT, 'boom refused'); END"
-        ))
+        session.execute(
+            text(
+                "CREATE TRIGGER refuse_boom BEFORE INSERT ON memory_entries WHEN NEW.key = 'boom' "
+                "BEGIN SELECT RAISE(ABORT, 'boom refused'); END"
+            )
+        )
     world = batched(token_limit=10)
     store = world.store
-    outcomes = world.run([
-        lambda: store.set("alice", "a", "one"),
-        lambda: store.set("bob", "boom", "two"),
-        lambda: store.set("carol", "c", "three"),
-        lambda: store.set("alice", "a2", "four"),
-    ])
+    outcomes = world.run(
+        [
+            lambda: store.set("alice", "a", "one"),
+            lambda: store.set("bob", "boom", "two"),
+            lambda: store.set("carol", "c", "three"),
+            lambda: store.set("alice", "a2", "four"),
+        ]
+    )
     assert world.batches == [1, 4]
     alice, bob, carol, alice_again = outcomes
     assert isinstance(bob, IntegrityError)
@@ -275,9 +285,9 @@ def test_the_app_writes_through_the_writer_thread_and_stops_it(
     client = make_client()
     assert any(t.name == "kvmem-writer" for t in threading.enumerate())
     with ThreadPoolExecutor(20) as pool:
-        responses = list(pool.map(
-            lambda n: client.put(f"/memory/k{n}", json={"value": f"v{n}"}), range(20)
-        ))
+        responses = list(
+            pool.map(lambda n: client.put(f"/memory/k{n}", json={"value": f"v{n}"}), range(20))
+        )
     assert sorted(r.status_code for r in responses) == [201] * 20
     listed = client.get("/memory").json()
     assert sorted(m["key"] for m in listed["memories"]) == sorted(f"k{n}" for n in range(20))
@@ -295,14 +305,18 @@ def doom_commits_writing(database: Database, key: str) -> None:
     went through: a trigger adds a row whose foreign key SQLite checks only at COMMIT
     (deferred) and which never holds."""
     with database.writing() as session:
-        session.execute(text(
-            "CREATE TABLE dangling (user_id TEXT REFERENCES users (id) "
-            "DEFERRABLE INITIALLY DEFERRED)"
-        ))
-        session.execute(text(
-            f"CREATE TRIGGER doom AFTER INSERT ON memory_entries WHEN NEW.key = '{key}' "
-            "BEGIN INSERT INTO dangling VALUES ('nobody'); END"
-        ))
+        session.execute(
+            text(
+                "CREATE TABLE dangling (user_id TEXT REFERENCES users (id) "
+                "DEFERRABLE INITIALLY DEFERRED)"
+            )
+        )
+        session.execute(
+            text(
+                f"CREATE TRIGGER doom AFTER INSERT ON memory_entries WHEN NEW.key = '{key}' "
+                "BEGIN INSERT INTO dangling VALUES ('nobody'); END"
+            )
+        )
 
 
 def test_a_write_whose_commit_fails_is_answered_with_the_error_alone(
@@ -331,11 +345,13 @@ def test_a_batch_whose_commit_fails_answers_each_write_with_its_own_commit(
     doom_commits_writing(database, DOOMED)
     world = batched()
     store = world.store
-    outcomes = world.run([
-        lambda: store.set("alice", "a", "one"),
-        lambda: store.set("bob", DOOMED, "two"),
-        lambda: store.set("carol", "c", "three"),
-    ])
+    outcomes = world.run(
+        [
+            lambda: store.set("alice", "a", "one"),
+            lambda: store.set("bob", DOOMED, "two"),
+            lambda: store.set("carol", "c", "three"),
+        ]
+    )
     assert world.batches == [1, 3]
     alice, bob, carol = outcomes
     assert isinstance(bob, IntegrityError) and "FOREIGN KEY constraint failed" in str(bob)
@@ -351,13 +367,19 @@ def test_a_batch_whose_commit_fails_answers_each_write_with_its_own_commit(
 def test_a_put_whose_commit_fails_is_not_answered_2xx(
     make_client: Callable[..., TestClient], database: Database
 ) -> None:
-    """"A 2xx means committed": a PUT whose COMMIT fails is a 500, and nothing is stored."""
+    """ "A 2xx means committed": a PUT whose COMMIT fails is a 500, and nothing is stored."""
     doom_commits_writing(database, DOOMED)
     client = make_client()
     response = client.put(f"/memory/{DOOMED}", json={"value": "never committed"})
-    assert (response.status_code, response.json()) == (500, {"error": {
-        "code": "internal_error", "message": "internal error; the server log has the details",
-    }})
+    assert (response.status_code, response.json()) == (
+        500,
+        {
+            "error": {
+                "code": "internal_error",
+                "message": "internal error; the server log has the details",
+            }
+        },
+    )
     missing = client.get(f"/memory/{DOOMED}")
     assert missing.status_code == 404
     assert client.get("/memory").json()["memories"] == []

@@ -37,7 +37,9 @@ def error(path: str, code: str, message: str, **details: Any) -> dict[str, Any]:
     """kvmem's error body for `path` (OpenAI's `type` and `param` under /v1)."""
     body: dict[str, Any] = {"code": code, "message": message, **details}
     if path.startswith("/v1/"):
-        body.setdefault("type", "invalid_request_error" if code != "upstream_error" else "api_error")
+        body.setdefault(
+            "type", "invalid_request_error" if code != "upstream_error" else "api_error"
+        )
         body.setdefault("param", None)
     return {"error": body}
 
@@ -95,22 +97,35 @@ HUGE_BODIES = [
     ("PUT", "/memory/k", b'{"value": ' + HUGE + b"}"),
     ("POST", "/chat", b'{"message": "hi", "max_turns": ' + HUGE + b"}"),
     ("PATCH", "/preferences", b'{"memories": ' + HUGE + b"}"),
-    ("POST", "/v1/chat/completions",
-     b'{"model": "openai/main-model", "messages": [{"role": "user", "content": "hi"}], "seed": '
-     + HUGE + b"}"),
+    (
+        "POST",
+        "/v1/chat/completions",
+        b'{"model": "openai/main-model", "messages": [{"role": "user", "content": "hi"}], "seed": '
+        + HUGE
+        + b"}",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("method", "path", "content"), HUGE_BODIES,
-                         ids=["put", "chat-max-turns", "preferences", "completions-seed"])
+@pytest.mark.parametrize(
+    ("method", "path", "content"),
+    HUGE_BODIES,
+    ids=["put", "chat-max-turns", "preferences", "completions-seed"],
+)
 def test_item1_huge_json_integer_is_400_on_every_body_route(
-    make_client: MakeClient, chat_sections: Any, upstream: ScriptedUpstream,
-    method: str, path: str, content: bytes,
+    make_client: MakeClient,
+    chat_sections: Any,
+    upstream: ScriptedUpstream,
+    method: str,
+    path: str,
+    content: bytes,
 ) -> None:
     client = make_client(**chat_sections())
     response = client.request(method, path, content=content)
-    assert (response.status_code, response.json()) == (400, error(
-        path, "bad_request", "the JSON body holds an integer of more than 4300 digits"))
+    assert (response.status_code, response.json()) == (
+        400,
+        error(path, "bad_request", "the JSON body holds an integer of more than 4300 digits"),
+    )
     nothing_changed(client, upstream)
 
 
@@ -123,7 +138,12 @@ ENDPOINT_KEY = "sk-endpoint-SECRET-4444"
 ENDPOINT_HEADER = "hdr-endpoint-SECRET-5555"
 FRONT_END_SERVICE_KEY = "svc-SECRET-6666"
 ALL_SECRETS = [
-    MAIN_KEY, MAIN_HEADER, AGENT_KEY, ENDPOINT_KEY, ENDPOINT_HEADER, FRONT_END_SERVICE_KEY,
+    MAIN_KEY,
+    MAIN_HEADER,
+    AGENT_KEY,
+    ENDPOINT_KEY,
+    ENDPOINT_HEADER,
+    FRONT_END_SERVICE_KEY,
 ]
 
 
@@ -141,14 +161,26 @@ def secret_sections(
         agent.update(provider="openai", api_base=upstream.url, api_key=AGENT_KEY)
     return {
         "auth": {"service_keys": [FRONT_END_SERVICE_KEY]},
-        "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": MAIN_KEY,
-                 "headers": {"X-Gateway-Key": MAIN_HEADER}, "timeout": 10, "client": client},
+        "chat": {
+            "model": f"openai/{MAIN_MODEL}",
+            "api_base": upstream.url,
+            "api_key": MAIN_KEY,
+            "headers": {"X-Gateway-Key": MAIN_HEADER},
+            "timeout": 10,
+            "client": client,
+        },
         "memory": {"agent": agent},
-        "endpoints": {"custom": [{
-            "name": "Gateway", "baseURL": upstream.url, "apiKey": ENDPOINT_KEY,
-            # The text around a placeholder is the secret; the user id it becomes is not.
-            "headers": {"X-Gateway-Key": ENDPOINT_HEADER + "-{{LIBRECHAT_USER_ID}}"},
-        }]},
+        "endpoints": {
+            "custom": [
+                {
+                    "name": "Gateway",
+                    "baseURL": upstream.url,
+                    "apiKey": ENDPOINT_KEY,
+                    # The text around a placeholder is the secret; the user id it becomes is not.
+                    "headers": {"X-Gateway-Key": ENDPOINT_HEADER + "-{{LIBRECHAT_USER_ID}}"},
+                }
+            ]
+        },
     }
 
 
@@ -162,14 +194,20 @@ def failed(client: str, kind: str, text: str) -> str:
 def echo(agent_via_endpoint: bool) -> tuple[str, str]:
     """What an upstream echoing every configured secret says, and that text scrubbed."""
     said = [
-        MAIN_KEY, MAIN_HEADER, ENDPOINT_KEY, f"{ENDPOINT_HEADER}-local", FRONT_END_SERVICE_KEY,
+        MAIN_KEY,
+        MAIN_HEADER,
+        ENDPOINT_KEY,
+        f"{ENDPOINT_HEADER}-local",
+        FRONT_END_SERVICE_KEY,
     ]
     scrubbed = ["***", "***", "***", "***local", "***"]
     if not agent_via_endpoint:
         said.append(AGENT_KEY)
         scrubbed.append("***")
-    return (f"Incorrect API key provided: {', '.join(said)}",
-            f"Incorrect API key provided: {', '.join(scrubbed)}")
+    return (
+        f"Incorrect API key provided: {', '.join(said)}",
+        f"Incorrect API key provided: {', '.join(scrubbed)}",
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -183,9 +221,15 @@ def test_item2_an_upstream_error_echoing_a_secret_is_scrubbed(
     upstream.default(AGENT_MODEL, Reply(content=None))
     body = {"message": "hi"} if path == "/chat" else COMPLETION
     response = client.post(path, json={**body, "stream": stream})
-    assert (response.status_code, response.json()) == (502, error(
-        path, "upstream_error",
-        failed(chat_client, "InternalServerError", scrubbed), upstream_status=500))
+    assert (response.status_code, response.json()) == (
+        502,
+        error(
+            path,
+            "upstream_error",
+            failed(chat_client, "InternalServerError", scrubbed),
+            upstream_status=500,
+        ),
+    )
     sent = upstream.received(MAIN_MODEL)[0].headers
     assert (sent["authorization"], sent["x-gateway-key"]) == (f"Bearer {MAIN_KEY}", MAIN_HEADER)
 
@@ -197,28 +241,55 @@ def test_item2_an_upstream_refusal_echoing_a_secret_is_scrubbed(
     """The same for an upstream 400 that is passed through (item 7), its object included."""
     client = make_client(**secret_sections(upstream, agent_via_endpoint=False, client=chat_client))
     said, scrubbed = echo(agent_via_endpoint=False)
-    upstream.script(MAIN_MODEL, Reply(status=400, error={"error": {
-        "message": said, "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}))
+    upstream.script(
+        MAIN_MODEL,
+        Reply(
+            status=400,
+            error={
+                "error": {
+                    "message": said,
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "invalid_api_key",
+                }
+            },
+        ),
+    )
     upstream.default(AGENT_MODEL, Reply(content=None))
     body = {"message": "hi"} if path == "/chat" else COMPLETION
     response = client.post(path, json=body)
     expected = (
-        {"error": {"code": "upstream_rejected", "message": f"the model refused the request: {scrubbed}"}}
+        {
+            "error": {
+                "code": "upstream_rejected",
+                "message": f"the model refused the request: {scrubbed}",
+            }
+        }
         if path == "/chat"
-        else {"error": {"code": "invalid_api_key", "message": scrubbed,
-                        "type": "invalid_request_error", "param": None}}
+        else {
+            "error": {
+                "code": "invalid_api_key",
+                "message": scrubbed,
+                "type": "invalid_request_error",
+                "param": None,
+            }
+        }
     )
     assert (response.status_code, response.json()) == (400, expected)
 
 
 @pytest.mark.parametrize("via_endpoint", [False, True], ids=["agent-key", "custom-endpoint"])
 def test_item2_the_agent_failure_log_holds_no_secret(
-    make_client: MakeClient, upstream: ScriptedUpstream, caplog: pytest.LogCaptureFixture,
-    via_endpoint: bool, chat_client: str,
+    make_client: MakeClient,
+    upstream: ScriptedUpstream,
+    caplog: pytest.LogCaptureFixture,
+    via_endpoint: bool,
+    chat_client: str,
 ) -> None:
     caplog.set_level(logging.INFO)
-    client = make_client(**secret_sections(upstream, agent_via_endpoint=via_endpoint,
-                                           client=chat_client))
+    client = make_client(
+        **secret_sections(upstream, agent_via_endpoint=via_endpoint, client=chat_client)
+    )
     said, scrubbed = echo(via_endpoint)
     upstream.script(AGENT_MODEL, Reply(status=401, error={"error": {"message": said}}))
     response = client.post("/chat", json={"message": "remember that I like tea"})
@@ -235,7 +306,9 @@ def test_item2_the_agent_failure_log_holds_no_secret(
     sent = upstream.received(AGENT_MODEL)[0].headers
     if via_endpoint:
         assert (sent["authorization"], sent["x-gateway-key"]) == (
-            f"Bearer {ENDPOINT_KEY}", f"{ENDPOINT_HEADER}-local")
+            f"Bearer {ENDPOINT_KEY}",
+            f"{ENDPOINT_HEADER}-local",
+        )
     else:
         assert sent["authorization"] == f"Bearer {AGENT_KEY}"
 
@@ -249,10 +322,13 @@ HEAD_LIMIT = 8192
 def kvmem_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
     """A real `kvmem serve` (its own SQLite file) with an 8 KiB bound on request heads."""
     folder = tmp_path_factory.mktemp("serve")
-    process = ServeProcess(folder, {
-        "server": {"max_header_bytes": HEAD_LIMIT},
-        "database": {"url": f"sqlite:///{folder / 'kvmem.db'}"},
-    }).start()
+    process = ServeProcess(
+        folder,
+        {
+            "server": {"max_header_bytes": HEAD_LIMIT},
+            "database": {"url": f"sqlite:///{folder / 'kvmem.db'}"},
+        },
+    ).start()
     yield process
     process.stop()
 
@@ -270,7 +346,11 @@ def test_item3_a_16_mib_header_is_431_from_kvmem_serve_without_buffering_it(
 ) -> None:
     assert kvmem_serve.process is not None
     before = rss_kib(kvmem_serve.process.pid)
-    request = b"GET /memory HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * (16 * 1024 * 1024) + b"\r\n\r\n"
+    request = (
+        b"GET /memory HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: "
+        + b"a" * (16 * 1024 * 1024)
+        + b"\r\n\r\n"
+    )
     answers = [b""] * 10
 
     def one(index: int) -> None:
@@ -285,9 +365,16 @@ def test_item3_a_16_mib_header_is_431_from_kvmem_serve_without_buffering_it(
     for answer in answers:
         status, headers, body = parse_answer(answer)
         assert (status, headers["content-type"], headers["connection"], body) == (
-            "HTTP/1.1 431 Request Header Fields Too Large", "application/json", "close",
-            {"error": {"code": "headers_too_large",
-                       "message": f"the request line and headers are over the limit of {HEAD_LIMIT} bytes"}})
+            "HTTP/1.1 431 Request Header Fields Too Large",
+            "application/json",
+            "close",
+            {
+                "error": {
+                    "code": "headers_too_large",
+                    "message": f"the request line and headers are over the limit of {HEAD_LIMIT} bytes",
+                }
+            },
+        )
     # Ten 16 MiB heads used to grow the server by ~130 MiB; now each holds at most the limit
     # plus one socket read.
     assert grown_mib < 40, f"the server grew by {grown_mib:.0f} MiB"
@@ -323,16 +410,28 @@ def idle_dropping_upstream() -> Iterator[ScriptedUpstream]:
 
 
 def test_item4_bursts_after_a_pause_longer_than_the_upstream_keepalive_never_fail(
-    make_server: Callable[..., LiveServer], idle_dropping_upstream: ScriptedUpstream,
+    make_server: Callable[..., LiveServer],
+    idle_dropping_upstream: ScriptedUpstream,
     chat_client: str,
 ) -> None:
     upstream = idle_dropping_upstream
     # Main model and agent share one key, so they share litellm's pooled client.
     server = make_server(
-        chat={"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": "shared",
-              "timeout": 10, "client": chat_client},
-        memory={"agent": {"provider": "openai", "model": AGENT_MODEL, "api_base": upstream.url,
-                          "api_key": "shared"}},
+        chat={
+            "model": f"openai/{MAIN_MODEL}",
+            "api_base": upstream.url,
+            "api_key": "shared",
+            "timeout": 10,
+            "client": chat_client,
+        },
+        memory={
+            "agent": {
+                "provider": "openai",
+                "model": AGENT_MODEL,
+                "api_base": upstream.url,
+                "api_key": "shared",
+            }
+        },
     )
     upstream.default(AGENT_MODEL, Reply(content=None))
 
@@ -376,20 +475,29 @@ def test_item5_del_c1_and_invisible_format_characters_are_escaped_in_the_block(
 # --- item 6: no redirect to a host the client named -----------------------------------------
 
 
-@pytest.mark.parametrize(("method", "path"), [
-    ("PUT", "/memory/abc/"), ("GET", "/memory/"), ("GET", "/preferences/"),
-    ("POST", "/chat/"), ("GET", "/v1/models/"),
-])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("PUT", "/memory/abc/"),
+        ("GET", "/memory/"),
+        ("GET", "/preferences/"),
+        ("POST", "/chat/"),
+        ("GET", "/v1/models/"),
+    ],
+)
 def test_item6_a_trailing_slash_is_404_never_a_redirect(
     make_client: MakeClient, method: str, path: str
 ) -> None:
     # Any Host reaches the routes here (a proxy's name, say), so the one a client names
     # could end up in a Location.
     client = make_client(server={"allowed_hosts": ["*"]})
-    response = client.request(method, path, json={"value": "v"}, follow_redirects=False,
-                              headers={"Host": "evil.example"})
-    assert (response.status_code, response.json()) == (404, error(
-        path, "not_found", f"no route {method} {path}"))
+    response = client.request(
+        method, path, json={"value": "v"}, follow_redirects=False, headers={"Host": "evil.example"}
+    )
+    assert (response.status_code, response.json()) == (
+        404,
+        error(path, "not_found", f"no route {method} {path}"),
+    )
     assert "location" not in response.headers
     assert client.get("/memory").json()["memories"] == []
 
@@ -397,15 +505,22 @@ def test_item6_a_trailing_slash_is_404_never_a_redirect(
 # --- item 7: the upstream's refusals keep their status --------------------------------------
 
 CONTEXT = "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens."
-UPSTREAM_REFUSAL = {"message": CONTEXT, "type": "invalid_request_error", "param": "messages",
-                    "code": "context_length_exceeded"}
+UPSTREAM_REFUSAL = {
+    "message": CONTEXT,
+    "type": "invalid_request_error",
+    "param": "messages",
+    "code": "context_length_exceeded",
+}
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("status", [400, 413, 422])
 def test_item7_an_upstream_4xx_refusal_keeps_its_status_and_object_on_v1(
-    make_client: MakeClient, chat_sections: Any, upstream: ScriptedUpstream,
-    status: int, stream: bool,
+    make_client: MakeClient,
+    chat_sections: Any,
+    upstream: ScriptedUpstream,
+    status: int,
+    stream: bool,
 ) -> None:
     client = make_client(**chat_sections(agent={"enabled": False}))
     upstream.script(MAIN_MODEL, Reply(status=status, error={"error": UPSTREAM_REFUSAL}))
@@ -420,17 +535,33 @@ def test_item7_a_context_length_refusal_is_400_on_chat_and_stores_nothing(
     client = make_client(**chat_sections(agent={"enabled": False}))
     upstream.script(MAIN_MODEL, Reply(status=400, error={"error": UPSTREAM_REFUSAL}))
     response = client.post("/chat", json={"message": "a very long message", "stream": stream})
-    assert (response.status_code, response.json()) == (400, {"error": {
-        "code": "upstream_rejected", "message": f"the model refused the request: {CONTEXT}"}})
+    assert (response.status_code, response.json()) == (
+        400,
+        {
+            "error": {
+                "code": "upstream_rejected",
+                "message": f"the model refused the request: {CONTEXT}",
+            }
+        },
+    )
     assert client.get("/conversations").json() == {"conversations": [], "next": None}
 
 
-@pytest.mark.parametrize(("status", "kind"), [
-    (401, "AuthenticationError"), (403, "APIError"), (404, "NotFoundError"),
-    (500, "InternalServerError"),
-])
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (401, "AuthenticationError"),
+        (403, "APIError"),
+        (404, "NotFoundError"),
+        (500, "InternalServerError"),
+    ],
+)
 def test_item7_the_operators_faults_and_upstream_failures_stay_502(
-    make_client: MakeClient, chat_sections: Any, upstream: ScriptedUpstream, status: int, kind: str,
+    make_client: MakeClient,
+    chat_sections: Any,
+    upstream: ScriptedUpstream,
+    status: int,
+    kind: str,
     chat_client: str,
 ) -> None:
     """401/403: kvmem's own credentials were refused; 404: a model kvmem is configured with
@@ -438,9 +569,10 @@ def test_item7_the_operators_faults_and_upstream_failures_stay_502(
     client = make_client(**chat_sections(agent={"enabled": False}))
     upstream.script(MAIN_MODEL, Reply(status=status, error={"error": {"message": "no"}}))
     response = client.post("/v1/chat/completions", json=COMPLETION)
-    assert (response.status_code, response.json()) == (502, error(
-        "/v1/", "upstream_error", failed(chat_client, kind, "no"),
-        upstream_status=status))
+    assert (response.status_code, response.json()) == (
+        502,
+        error("/v1/", "upstream_error", failed(chat_client, kind, "no"), upstream_status=status),
+    )
 
 
 # --- item 8: the HTTP parser's own refusals -------------------------------------------------
@@ -448,12 +580,16 @@ def test_item7_the_operators_faults_and_upstream_failures_stay_502(
 MALFORMED = [
     ("nul-in-header", b"GET /memory HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: a\x00b\r\n\r\n"),
     ("bare-lf", b"GET /memory HTTP/1.1\r\nHost: 127.0.0.1\nX-A: b\r\n\r\n"),
-    ("length-and-chunked",
-     b"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 13\r\nTransfer-Encoding: chunked\r\n\r\n"
-     b'd\r\n{"value":"v"}\r\n0\r\n\r\n'),
-    ("length-and-chunked-v1",
-     b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
-     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+    (
+        "length-and-chunked",
+        b"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 13\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b'd\r\n{"value":"v"}\r\n0\r\n\r\n',
+    ),
+    (
+        "length-and-chunked-v1",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ),
 ]
 
 
@@ -464,9 +600,15 @@ def test_item8_requests_the_http_parser_refuses_get_kvmems_error_shape(
     status, headers, body = parse_answer(exchange(kvmem_serve.port, request_bytes))
     path = "/v1/" if kind.endswith("v1") else "/memory"
     assert (status, headers["content-type"], headers["connection"], body) == (
-        "HTTP/1.1 400 Bad Request", "application/json", "close", error(
-            path, "bad_request",
-            "malformed HTTP request: the request line or headers could not be parsed"))
+        "HTTP/1.1 400 Bad Request",
+        "application/json",
+        "close",
+        error(
+            path,
+            "bad_request",
+            "malformed HTTP request: the request line or headers could not be parsed",
+        ),
+    )
     assert httpx.get(f"{kvmem_serve.url}/memory/k").status_code == 404  # nothing was written
 
 
@@ -480,16 +622,24 @@ def test_item9_a_body_dribbled_past_the_timeout_is_408_and_writes_nothing(
     server = make_server(server={"body_timeout_seconds": 1})
     method = "PUT" if path.startswith("/memory") else "POST"
     body = json.dumps({"value": "v"} if method == "PUT" else COMPLETION).encode()
-    head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
     started = time.monotonic()
     # One byte every 0.2 s: the whole body would take far longer than the 1 s allowed.
     answer = exchange(server.port, head, dribble=body, every=0.2)
     elapsed = time.monotonic() - started
     status, headers, error_body = parse_answer(answer)
-    assert (status, headers["connection"], error_body) == ("HTTP/1.1 408 Request Timeout", "close", error(
-        path, "request_timeout",
-        "the request body did not arrive within 1 s (server.body_timeout_seconds)"))
+    assert (status, headers["connection"], error_body) == (
+        "HTTP/1.1 408 Request Timeout",
+        "close",
+        error(
+            path,
+            "request_timeout",
+            "the request body did not arrive within 1 s (server.body_timeout_seconds)",
+        ),
+    )
     assert 1 <= elapsed < 15
     assert httpx.get(f"{server.url}/memory").json()["memories"] == []
 
@@ -499,8 +649,10 @@ def test_item9_a_body_within_the_timeout_is_read_whole(
 ) -> None:
     server = make_server(server={"body_timeout_seconds": 10})
     body = b'{"value": "v"}'
-    head = (f"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    head = (
+        f"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
     answer = exchange(server.port, head, dribble=body, every=0.01)
     assert parse_answer(answer)[0] == "HTTP/1.1 201 Created"
 
@@ -514,8 +666,12 @@ SERVICE_KEY = "svc-hardening-key"
 def test_item10_user_ids_are_case_sensitive(make_client: MakeClient, database: Database) -> None:
     client = make_client(auth={"mode": "keys", "service_keys": [SERVICE_KEY]})
     service = {"Authorization": f"Bearer {SERVICE_KEY}"}
-    assert client.put("/memory/name", json={"value": "Alice"},
-                      headers={**service, "X-User-Id": "Alice"}).status_code == 201
+    assert (
+        client.put(
+            "/memory/name", json={"value": "Alice"}, headers={**service, "X-User-Id": "Alice"}
+        ).status_code
+        == 201
+    )
     lower = client.get("/memory", headers={**service, "X-User-Id": "alice"}).json()
     upper = client.get("/memory", headers={**service, "X-User-Id": "Alice"}).json()
     assert (lower["memories"], [m["value"] for m in upper["memories"]]) == ([], ["Alice"])

@@ -32,7 +32,9 @@ def test_health_says_the_agent_is_on_and_has_not_failed(
 ) -> None:
     client = make_client(**chat_sections())
     assert health(client) == {
-        "status": "ok", "version": __version__, "store": "ok",
+        "status": "ok",
+        "version": __version__,
+        "store": "ok",
         "agent": {"enabled": True, "reason": ON, "last_error": None},
     }
 
@@ -42,7 +44,9 @@ def test_health_says_why_the_agent_is_off(
 ) -> None:
     client = make_client(**chat_sections(agent={"enabled": False}))
     assert health(client)["agent"] == {
-        "enabled": False, "reason": "memory.agent.enabled is false", "last_error": None,
+        "enabled": False,
+        "reason": "memory.agent.enabled is false",
+        "last_error": None,
     }
 
 
@@ -60,8 +64,12 @@ def test_health_shows_the_last_agent_failure_without_secrets(
     assert body["agent"] == {
         "enabled": True,
         "reason": ON,
-        "last_error": {"at": ISO_TIME, "code": "upstream_error", "upstream_status": 401,
-                       "message": Containing("upstream_error: ")},
+        "last_error": {
+            "at": ISO_TIME,
+            "code": "upstream_error",
+            "upstream_status": 401,
+            "message": Containing("upstream_error: "),
+        },
     }
     message = body["agent"]["last_error"]["message"]
     assert "Incorrect API key provided: ***" in message
@@ -70,7 +78,9 @@ def test_health_shows_the_last_agent_failure_without_secrets(
 
 @pytest.mark.parametrize("mode", ["local", "keys"])
 def test_without_a_service_key_the_last_error_is_its_code_and_status_only(
-    make_client: MakeClient, chat_sections: Callable[..., dict[str, Any]], upstream: Any,
+    make_client: MakeClient,
+    chat_sections: Callable[..., dict[str, Any]],
+    upstream: Any,
     mode: str,
 ) -> None:
     # An upstream that quotes the request it refused: someone's own words.
@@ -84,7 +94,9 @@ def test_without_a_service_key_the_last_error_is_its_code_and_status_only(
     response = client.get("/healthz")
     assert response.status_code == 200
     assert response.json()["agent"]["last_error"] == {
-        "at": ISO_TIME, "code": "upstream_rejected", "upstream_status": 400,
+        "at": ISO_TIME,
+        "code": "upstream_rejected",
+        "upstream_status": 400,
     }
     assert "4921" not in response.text and "bad:" not in response.text
 
@@ -99,6 +111,12 @@ def test_a_later_success_keeps_the_last_error(
     failed = health(client)["agent"]["last_error"]
     client.post("/chat", json={"message": "two"})
     wait_agents_idle(client)
-    assert health(client)["agent"]["last_error"] == failed == {
-        "at": ISO_TIME, "code": "upstream_error", "upstream_status": 500,
-    }
+    assert (
+        health(client)["agent"]["last_error"]
+        == failed
+        == {
+            "at": ISO_TIME,
+            "code": "upstream_error",
+            "upstream_status": 500,
+        }
+    )

@@ -113,11 +113,12 @@ def test_a_set_that_does_not_change_the_value_records_nothing(make_client: MakeC
     first = client.put("/memory/likes", json={"value": "tea"}).json()["memory"]
     again = client.put("/memory/likes", json={"value": "  tea  "})
     assert (again.status_code, again.json()) == (
-        200, {"memory": first, "total_tokens": 1, "token_limit": None}
+        200,
+        {"memory": first, "total_tokens": 1, "token_limit": None},
     )
-    assert client.post("/memory/import", json={"memories": [{"key": "likes", "value": "tea"}]}).json() == {
-        "imported": 1, "deleted": 0, "total_tokens": 1, "token_limit": None
-    }
+    assert client.post(
+        "/memory/import", json={"memories": [{"key": "likes", "value": "tea"}]}
+    ).json() == {"imported": 1, "deleted": 0, "total_tokens": 1, "token_limit": None}
     assert client.get("/memory/likes").json() == first
     assert len(ids_of(client)) == 1
 
@@ -268,7 +269,8 @@ def test_key_history_pages_by_id_as_the_history_does(make_client: MakeClient) ->
     assert (past.status_code, past.json()) == (200, {"changes": [], "next": None})
     missing = client.get("/memory/never/history", params={"before": ids[3]})
     assert (missing.status_code, missing.json()) == (
-        404, error("not_found", "no memory and no history with key 'never'")
+        404,
+        error("not_found", "no memory and no history with key 'never'"),
     )
 
 
@@ -305,12 +307,18 @@ def test_key_history_outlives_the_entry(make_client: MakeClient) -> None:
     response = client.get("/memory/likes/history")
     assert (response.status_code, response.json()) == (
         200,
-        {"changes": [change(ids[0], "likes", "delete", "tea", None), change(ids[1], "likes", "set", None, "tea")],
-         "next": None},
+        {
+            "changes": [
+                change(ids[0], "likes", "delete", "tea", None),
+                change(ids[1], "likes", "set", None, "tea"),
+            ],
+            "next": None,
+        },
     )
     missing = client.get("/memory/never/history")
     assert (missing.status_code, missing.json()) == (
-        404, error("not_found", "no memory and no history with key 'never'")
+        404,
+        error("not_found", "no memory and no history with key 'never'"),
     )
     bad = client.get("/memory/Bad/history")
     assert bad.status_code == 422
@@ -347,7 +355,8 @@ def test_revert_sets_the_value_after_a_change_back(make_client: MakeClient) -> N
     [to_coffee, to_tea] = ids_of(client)
     response = client.post("/memory/likes/revert", json={"to": to_tea})
     assert (response.status_code, response.json()) == (
-        200, {"memory": entry("likes", "tea", 1, "revert"), "total_tokens": 1, "token_limit": 100}
+        200,
+        {"memory": entry("likes", "tea", 1, "revert"), "total_tokens": 1, "token_limit": 100},
     )
     newest = ids_of(client)[0]
     assert client.get("/memory/likes/history").json()["changes"][0] == change(
@@ -367,11 +376,13 @@ def test_revert_to_a_delete_deletes_and_undoes_a_delete(make_client: MakeClient)
     [deleted, created] = ids_of(client)
     undo = client.post("/memory/likes/revert", json={"to": created})
     assert (undo.status_code, undo.json()) == (
-        200, {"memory": entry("likes", "tea", 1, "revert"), "total_tokens": 1, "token_limit": None}
+        200,
+        {"memory": entry("likes", "tea", 1, "revert"), "total_tokens": 1, "token_limit": None},
     )
     redo = client.post("/memory/likes/revert", json={"to": deleted})
     assert (redo.status_code, redo.json()) == (
-        200, {"memory": None, "total_tokens": 0, "token_limit": None}
+        200,
+        {"memory": None, "total_tokens": 0, "token_limit": None},
     )
     assert client.get("/memory/likes").status_code == 404
     newest = ids_of(client)[0]
@@ -391,7 +402,10 @@ def test_revert_to_a_delete_deletes_and_undoes_a_delete(make_client: MakeClient)
         ({"to": True}, "invalid request body: to: Input should be a valid integer"),
         ({"to": None}, "invalid request body: to: Input should be a valid integer"),
         ({}, "invalid request body: to: Field required"),
-        ([1], "invalid request body: body: Input should be a valid dictionary or instance of RevertBody"),
+        (
+            [1],
+            "invalid request body: body: Input should be a valid dictionary or instance of RevertBody",
+        ),
     ],
 )
 def test_revert_to_a_non_integer_is_400(make_client: MakeClient, body: Any, message: str) -> None:
@@ -412,13 +426,18 @@ def test_revert_to_another_keys_or_a_missing_change_is_404(make_client: MakeClie
     for to in (job, job + 1000, 0, -1, 2**31, 2**63 - 1):
         response = client.post("/memory/likes/revert", json={"to": to})
         assert (response.status_code, response.json()) == (
-            404, error("not_found", f"no change {to} of key 'likes'")
+            404,
+            error("not_found", f"no change {to} of key 'likes'"),
         )
     # Past 64 bits no body holds an integer (issue 22): a bad request, not a missing change.
     response = client.post("/memory/likes/revert", json={"to": 2**70})
-    assert (response.status_code, response.json()) == (400, error(
-        "bad_request",
-        "the JSON body holds an integer outside the signed 64-bit range (1180591620717411303424)"))
+    assert (response.status_code, response.json()) == (
+        400,
+        error(
+            "bad_request",
+            "the JSON body holds an integer outside the signed 64-bit range (1180591620717411303424)",
+        ),
+    )
     assert client.post("/memory/never/revert", json={"to": likes}).status_code == 404
     assert state(client) == before
 
@@ -434,7 +453,8 @@ def test_revert_to_another_users_change_is_404(make_client: MakeClient, database
     alices = [c["id"] for c in client.get("/memory/history", headers=alice).json()["changes"]]
     response = client.post("/memory/likes/revert", json={"to": alices[1]}, headers=bob)
     assert (response.status_code, response.json()) == (
-        404, error("not_found", f"no change {alices[1]} of key 'likes'")
+        404,
+        error("not_found", f"no change {alices[1]} of key 'likes'"),
     )
     assert client.get("/memory/likes", headers=bob).json()["value"] == "bob's tea"
     assert client.get("/memory/likes", headers=alice).json()["value"] == "alice's coffee"
@@ -460,7 +480,10 @@ def test_revert_applies_every_write_rule(make_client: MakeClient, make_value: Ma
         ),
     )
     short = make_client(memory={"charLimit": 5})
-    assert short.post("/memory/likes/revert", json={"to": eight}).json()["error"]["code"] == "value_too_long"
+    assert (
+        short.post("/memory/likes/revert", json={"to": eight}).json()["error"]["code"]
+        == "value_too_long"
+    )
     allowed = make_client(memory={"validKeys": ["job"]})
     response = allowed.post("/memory/likes/revert", json={"to": tea})
     assert (response.status_code, response.json()) == (
@@ -530,10 +553,12 @@ def test_import_merges_or_replaces(make_client: MakeClient, database: Database) 
     # Another user takes the document whole: every entry with source import.
     merged = client.post("/memory/import", json=document, headers=bob)
     assert (merged.status_code, merged.json()) == (
-        200, {"imported": 2, "deleted": 0, "total_tokens": 3, "token_limit": None}
+        200,
+        {"imported": 2, "deleted": 0, "total_tokens": 3, "token_limit": None},
     )
     assert client.get("/memory", headers=bob).json()["memories"] == [
-        entry("job", "baker", 2, "import"), entry("likes", "tea", 1, "import"),
+        entry("job", "baker", 2, "import"),
+        entry("likes", "tea", 1, "import"),
     ]
     # merge (the default) keeps the keys not in the file; replace deletes them, recorded.
     one = {"memories": [{"key": "likes", "value": "coffee", "token_count": "ignored"}]}
@@ -541,7 +566,9 @@ def test_import_merges_or_replaces(make_client: MakeClient, database: Database) 
     assert kept == {"imported": 1, "deleted": 0, "total_tokens": 3, "token_limit": None}
     replaced = client.post("/memory/import?mode=replace", json=one, headers=bob).json()
     assert replaced == {"imported": 1, "deleted": 1, "total_tokens": 1, "token_limit": None}
-    assert client.get("/memory", headers=bob).json()["memories"] == [entry("likes", "coffee", 1, "import")]
+    assert client.get("/memory", headers=bob).json()["memories"] == [
+        entry("likes", "coffee", 1, "import")
+    ]
     history = client.get("/memory/history", headers=bob).json()["changes"]
     # The import into "bob" recorded its entries in document order; the replace, the delete
     # of the key it dropped (its "likes" was already "coffee": no change).
@@ -552,7 +579,10 @@ def test_import_merges_or_replaces(make_client: MakeClient, database: Database) 
         ("likes", "set", None, "tea", "import"),
     ]
     # Alice's memory is untouched.
-    assert [m["value"] for m in client.get("/memory", headers=alice).json()["memories"]] == ["baker", "tea"]
+    assert [m["value"] for m in client.get("/memory", headers=alice).json()["memories"]] == [
+        "baker",
+        "tea",
+    ]
 
 
 def ten_thousand(last: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -633,8 +663,17 @@ def ten_thousand(last: dict[str, Any] | None = None) -> dict[str, Any]:
             ),
         ),
     ],
-    ids=["bad-key", "duplicate", "empty", "over-limit", "format", "no-value", "not-a-list",
-         "no-memories", "not-an-object"],
+    ids=[
+        "bad-key",
+        "duplicate",
+        "empty",
+        "over-limit",
+        "format",
+        "no-value",
+        "not-a-list",
+        "no-memories",
+        "not-an-object",
+    ],
 )
 def test_a_refused_import_names_the_key_and_writes_nothing(
     make_client: MakeClient, document: Any, status: int, body: dict[str, Any]
@@ -655,7 +694,8 @@ def test_an_import_of_ten_thousand_entries_within_the_limits_lands_whole(
     client = make_client(memory={"tokenLimit": 10_000}, server={"max_body_bytes": 4_000_000})
     response = client.post("/memory/import", json=ten_thousand())
     assert (response.status_code, response.json()) == (
-        200, {"imported": 10_000, "deleted": 0, "total_tokens": 10_000, "token_limit": 10_000}
+        200,
+        {"imported": 10_000, "deleted": 0, "total_tokens": 10_000, "token_limit": 10_000},
     )
     assert len(ids_of(client)) == 500  # one page; there are 10,000 changes
     assert client.get("/memory/k09999/history").json()["changes"][0]["new_value"] == "hello"
@@ -670,7 +710,8 @@ def test_import_refuses_a_bad_mode_a_malformed_body_and_an_oversized_one(
     document = {"memories": [{"key": "job", "value": "baker"}]}
     mode = client.post("/memory/import?mode=overwrite", json=document)
     assert (mode.status_code, mode.json()) == (
-        400, error("bad_request", "mode must be 'merge' or 'replace', not 'overwrite'")
+        400,
+        error("bad_request", "mode must be 'merge' or 'replace', not 'overwrite'"),
     )
     broken = client.post("/memory/import", content=b'{"memories": [')
     assert (broken.status_code, broken.json()["error"]["code"]) == (400, "bad_request")
@@ -712,8 +753,14 @@ def old_change(database: Database, user_id: str, key: str, days: float) -> None:
         database.lock_user(session, user_id)
         session.execute(
             insert(MemoryChange).values(
-                user_id=user_id, key=key, op="set", old_value=None, new_value="old",
-                source="manual", conversation_id=None, at=utcnow() - timedelta(days=days),
+                user_id=user_id,
+                key=key,
+                op="set",
+                old_value=None,
+                new_value="old",
+                source="manual",
+                conversation_id=None,
+                at=utcnow() - timedelta(days=days),
             )
         )
 
@@ -769,30 +816,76 @@ def test_keep_days_zero_records_no_history(make_client: MakeClient, database: Da
 # --- erasure --------------------------------------------------------------------------------
 
 
-def seed_everything(client: TestClient, database: Database, user_id: str, headers: dict[str, str]) -> None:
+def seed_everything(
+    client: TestClient, database: Database, user_id: str, headers: dict[str, str]
+) -> None:
     """A row of the user's in every table kvmem has: entries, history, a conversation and its
     messages, a session, an agent run, a proposal (the API key is the caller's)."""
-    assert client.put("/memory/likes", json={"value": f"{user_id} likes tea"}, headers=headers).status_code == 201
+    assert (
+        client.put(
+            "/memory/likes", json={"value": f"{user_id} likes tea"}, headers=headers
+        ).status_code
+        == 201
+    )
     client.put("/memory/likes", json={"value": f"{user_id} likes coffee"}, headers=headers)
     client.put("/memory/job", json={"value": f"{user_id} bakes"}, headers=headers)
     now = utcnow()
     with database.writing() as session:
-        session.execute(insert(Conversation).values(
-            id=f"conv-{user_id}", user_id=user_id, title="t", created_at=now, updated_at=now))
-        session.execute(insert(Message), [
-            {"conversation_id": f"conv-{user_id}", "role": "user", "content": "hi", "created_at": now},
-            {"conversation_id": f"conv-{user_id}", "role": "assistant", "content": "yo", "created_at": now},
-        ])
-        session.execute(insert(UserSession).values(
-            id=f"s-{user_id}", user_id=user_id, token_hash=f"{user_id:0>64}"[:64],
-            created_at=now, expires_at=now + timedelta(hours=1)))
-        session.execute(insert(AgentRunRecord).values(
-            user_id=user_id, conversation_id=f"conv-{user_id}", started_at=now,
-            duration_seconds=0.5, model_calls=1, input_tokens=10, output_tokens=2,
-            cost_usd=None, state="done", writes=1))
-        session.execute(insert(MemoryProposal).values(
-            user_id=user_id, key="city", op="set", value=f"{user_id}'s city",
-            conversation_id=f"conv-{user_id}", created_at=now))
+        session.execute(
+            insert(Conversation).values(
+                id=f"conv-{user_id}", user_id=user_id, title="t", created_at=now, updated_at=now
+            )
+        )
+        session.execute(
+            insert(Message),
+            [
+                {
+                    "conversation_id": f"conv-{user_id}",
+                    "role": "user",
+                    "content": "hi",
+                    "created_at": now,
+                },
+                {
+                    "conversation_id": f"conv-{user_id}",
+                    "role": "assistant",
+                    "content": "yo",
+                    "created_at": now,
+                },
+            ],
+        )
+        session.execute(
+            insert(UserSession).values(
+                id=f"s-{user_id}",
+                user_id=user_id,
+                token_hash=f"{user_id:0>64}"[:64],
+                created_at=now,
+                expires_at=now + timedelta(hours=1),
+            )
+        )
+        session.execute(
+            insert(AgentRunRecord).values(
+                user_id=user_id,
+                conversation_id=f"conv-{user_id}",
+                started_at=now,
+                duration_seconds=0.5,
+                model_calls=1,
+                input_tokens=10,
+                output_tokens=2,
+                cost_usd=None,
+                state="done",
+                writes=1,
+            )
+        )
+        session.execute(
+            insert(MemoryProposal).values(
+                user_id=user_id,
+                key="city",
+                op="set",
+                value=f"{user_id}'s city",
+                conversation_id=f"conv-{user_id}",
+                created_at=now,
+            )
+        )
 
 
 def rows_of(database: Database, user_id: str) -> dict[str, int]:
@@ -813,8 +906,11 @@ def rows_of(database: Database, user_id: str) -> dict[str, int]:
                 if parent.name == "users":
                     conditions.append(foreign_key.parent == user_id)
                 elif "user_id" in parent.c:
-                    conditions.append(foreign_key.parent.in_(
-                        select(foreign_key.column).where(parent.c.user_id == user_id)))
+                    conditions.append(
+                        foreign_key.parent.in_(
+                            select(foreign_key.column).where(parent.c.user_id == user_id)
+                        )
+                    )
             assert conditions, f"table {table.name} holds no user data? the erasure test must know"
             for condition in conditions:
                 counts[table.name] = counts.get(table.name, 0) + session.scalar(
@@ -867,8 +963,15 @@ def test_an_erased_user_seen_again_starts_empty(make_client: MakeClient) -> None
     client.put("/memory/job", json={"value": "baker"})  # the version is back where it was
     assert [m["key"] for m in client.get("/memory").json()["memories"]] == ["job"]
     assert client.delete("/me").json() == {
-        "deleted": {"memories": 1, "changes": 1, "conversations": 0, "messages": 0,
-                    "keys": 0, "sessions": 0, "agent_runs": 0}
+        "deleted": {
+            "memories": 1,
+            "changes": 1,
+            "conversations": 0,
+            "messages": 0,
+            "keys": 0,
+            "sessions": 0,
+            "agent_runs": 0,
+        }
     }
 
 
@@ -878,12 +981,18 @@ def test_an_erased_user_seen_again_starts_empty(make_client: MakeClient) -> None
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("memory: {history: {keep_days: -1}}\n",
-         "memory.history.keep_days: Input should be greater than or equal to 0 (got -1)"),
-        ("memory: {history: {keep_days: forever}}\n",
-         "memory.history.keep_days: Input should be a valid integer, unable to parse string as an integer (got 'forever')"),
-        ("memory: {history: {keepDays: 5}}\n",
-         "memory.history.keepDays: unknown field; did you mean 'keep_days'?"),
+        (
+            "memory: {history: {keep_days: -1}}\n",
+            "memory.history.keep_days: Input should be greater than or equal to 0 (got -1)",
+        ),
+        (
+            "memory: {history: {keep_days: forever}}\n",
+            "memory.history.keep_days: Input should be a valid integer, unable to parse string as an integer (got 'forever')",
+        ),
+        (
+            "memory: {history: {keepDays: 5}}\n",
+            "memory.history.keepDays: unknown field; did you mean 'keep_days'?",
+        ),
     ],
 )
 def test_keep_days_must_be_a_whole_number_of_days(

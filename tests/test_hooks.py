@@ -51,7 +51,9 @@ def empty_context(system: str, enabled: bool) -> dict[str, Any]:
 # --- /memory/context ------------------------------------------------------------------------
 
 
-def test_context_is_byte_for_byte_what_chat_and_v1_inject(upstream, chat_sections, make_client, tokens):
+def test_context_is_byte_for_byte_what_chat_and_v1_inject(
+    upstream, chat_sections, make_client, tokens
+):
     client = make_client(**chat_sections(memory=NO_AGENT))
     keys = store_entries(client, ["Prefers short answers.", *HOSTILE_VALUES])
 
@@ -85,8 +87,9 @@ def test_context_is_byte_for_byte_what_chat_and_v1_inject(upstream, chat_section
     assert context(client)["system"] == block
 
 
-def test_context_follows_a_lowered_token_limit_as_chat_does(upstream, chat_sections, make_client,
-                                                            make_value, tokens):
+def test_context_follows_a_lowered_token_limit_as_chat_does(
+    upstream, chat_sections, make_client, make_value, tokens
+):
     client = make_client(**chat_sections(memory=NO_AGENT))
     store_entries(client, [make_value(30), make_value(30), make_value(30)])
     lowered = make_client(**chat_sections(memory={**NO_AGENT, "tokenLimit": 65}))
@@ -121,14 +124,19 @@ def test_context_is_empty_when_memory_is_disabled(make_client):
         (b'{"system": 5}', "invalid request body: system: Input should be a valid string"),
         (b'{"system": null}', "invalid request body: system: Input should be a valid string"),
         (b'{"sytem": "x"}', "invalid request body: sytem: Extra inputs are not permitted"),
-        (b'["x"]', "invalid request body: body: Input should be a valid dictionary or instance of ContextRequest"),
+        (
+            b'["x"]',
+            "invalid request body: body: Input should be a valid dictionary or instance of ContextRequest",
+        ),
         (b'{"system": ', "malformed JSON body: Expecting value at line 1 column 12"),
     ],
 )
 def test_context_bad_input(make_client, body: bytes, message: str):
     response = make_client().post("/memory/context", content=body)
     assert (response.status_code, response.json()) == (
-        400, {"error": {"code": "bad_request", "message": message}})
+        400,
+        {"error": {"code": "bad_request", "message": message}},
+    )
 
 
 # --- /memory/agent --------------------------------------------------------------------------
@@ -163,13 +171,19 @@ def test_the_agent_reads_the_window_of_the_given_messages_and_writes(
         user("I moved to Rome."),
         {"role": "tool", "tool_call_id": "c1", "content": "tool output is not read"},
         assistant([{"type": "text", "text": "Noted:"}, {"type": "text", "text": "Rome."}]),
-        user([{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-              {"type": "text", "text": "Remember that I drink tea."}]),
+        user(
+            [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                {"type": "text", "text": "Remember that I drink tea."},
+            ]
+        ),
         assistant("the reply after the newest user message is not read"),
     )
     response = client.post("/memory/agent", json=body)
     assert (response.status_code, response.json()) == (
-        200, {"agent": "done", "updates": [{"op": "set", "key": "drink", "value": "Tea"}]})
+        200,
+        {"agent": "done", "updates": [{"op": "set", "key": "drink", "value": "Tea"}]},
+    )
     (request,) = upstream.received(AGENT_MODEL)
     assert chat_part(request) == (
         "Human: I moved to Rome.\nAI: Noted:\nRome.\nHuman: Remember that I drink tea."
@@ -192,22 +206,32 @@ def test_the_agent_input_is_cut_to_max_input_tokens_keeping_the_end(
 
 def test_provenance_comes_from_the_header_or_the_body(upstream, chat_sections, make_client):
     client = make_client(**chat_sections())
-    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("a", "one")]),
-                    Reply(content=None, tool_calls=[set_memory("b", "two")]))
-    first = client.post("/memory/agent", json=agent_body(user("remember one")),
-                        headers={"X-Conversation-Id": "app-conv-1"})
-    second = client.post("/memory/agent", json=agent_body(user("remember two"),
-                                                          conversation_id="app-conv-2"))
+    upstream.script(
+        AGENT_MODEL,
+        Reply(content=None, tool_calls=[set_memory("a", "one")]),
+        Reply(content=None, tool_calls=[set_memory("b", "two")]),
+    )
+    first = client.post(
+        "/memory/agent",
+        json=agent_body(user("remember one")),
+        headers={"X-Conversation-Id": "app-conv-1"},
+    )
+    second = client.post(
+        "/memory/agent", json=agent_body(user("remember two"), conversation_id="app-conv-2")
+    )
     assert (first.status_code, second.status_code) == (200, 200)
     changes = client.get("/memory/history").json()["changes"]
     assert [(c["key"], c["source"], c["conversation_id"]) for c in changes] == [
-        ("b", "agent", "app-conv-2"), ("a", "agent", "app-conv-1")]
+        ("b", "agent", "app-conv-2"),
+        ("a", "agent", "app-conv-1"),
+    ]
 
 
 def test_wait_false_answers_202_and_the_run_goes_on(upstream, chat_sections, make_client):
     client = make_client(**chat_sections())
-    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("city", "Rome")],
-                                       delay=0.5))
+    upstream.script(
+        AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("city", "Rome")], delay=0.5)
+    )
     response = client.post("/memory/agent", json=agent_body(user("I live in Rome"), wait=False))
     assert (response.status_code, response.json()) == (202, {"agent": "running"})
     assert services(client).agent.in_flight == 1  # counted like a chat turn's run
@@ -221,11 +245,13 @@ def test_the_deadline_cuts_the_run_and_no_write_lands_after_it(
 ):
     deadline = 0.5
     client = make_client(**chat_sections())
-    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("late", "x")],
-                                       delay=deadline + 5))
+    upstream.script(
+        AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("late", "x")], delay=deadline + 5)
+    )
     started = time.monotonic()
-    response = client.post("/memory/agent",
-                           json=agent_body(user("remember x"), deadline_seconds=deadline))
+    response = client.post(
+        "/memory/agent", json=agent_body(user("remember x"), deadline_seconds=deadline)
+    )
     elapsed = time.monotonic() - started
     assert (response.status_code, response.json()) == (200, {"agent": "timeout", "updates": []})
     assert deadline <= elapsed < deadline + 4  # cut at the deadline, not at the reply
@@ -234,11 +260,13 @@ def test_the_deadline_cuts_the_run_and_no_write_lands_after_it(
     assert client.get("/memory").json()["memories"] == []
 
 
-def test_a_run_in_flight_is_drained_at_shutdown(upstream, chat_sections, make_config, database,
-                                                tokens):
+def test_a_run_in_flight_is_drained_at_shutdown(
+    upstream, chat_sections, make_config, database, tokens
+):
     app = create_app(make_config(**chat_sections()), database=database, tokens=tokens)
-    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("city", "Oslo")],
-                                       delay=0.5))
+    upstream.script(
+        AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("city", "Oslo")], delay=0.5)
+    )
     with TestClient(app, base_url=LOCAL_URL) as client:
         response = client.post("/memory/agent", json=agent_body(user("I live in Oslo"), wait=False))
         assert response.status_code == 202
@@ -257,8 +285,7 @@ def test_a_run_in_flight_is_drained_at_shutdown(upstream, chat_sections, make_co
         ({}, "only system", "skipped"),
     ],
 )
-def test_no_run_means_no_model_call(upstream, chat_sections, make_client, sections, prepare,
-                                    state):
+def test_no_run_means_no_model_call(upstream, chat_sections, make_client, sections, prepare, state):
     client = make_client(**chat_sections(**sections))
     messages = [user("remember that I like tea")]
     if prepare == "opt out":
@@ -278,58 +305,117 @@ ROLES = "'system', 'developer', 'user', 'assistant', 'tool' or 'function'"
 @pytest.mark.parametrize(
     ("body", "headers", "message"),
     [
-        ({"messages": "hi"}, {},
-         "invalid request body: messages: Input should be a valid list"),
-        ({"messages": {"role": "user", "content": "hi"}}, {},
-         "invalid request body: messages: Input should be a valid list"),
-        ({"messages": []}, {},
-         "invalid request body: messages: List should have at least 1 item after validation, not 0"),
+        ({"messages": "hi"}, {}, "invalid request body: messages: Input should be a valid list"),
+        (
+            {"messages": {"role": "user", "content": "hi"}},
+            {},
+            "invalid request body: messages: Input should be a valid list",
+        ),
+        (
+            {"messages": []},
+            {},
+            "invalid request body: messages: List should have at least 1 item after validation, not 0",
+        ),
         ({}, {}, "invalid request body: messages: Field required"),
-        ({"messages": [{"role": "robot", "content": "hi"}]}, {},
-         f"invalid request body: messages.0.role: Input should be {ROLES}"),
-        ({"messages": [{"content": "hi"}]}, {}, "invalid request body: messages.0.role: Field required"),
-        ({"messages": ["hi"]}, {},
-         "invalid request body: messages.0: Input should be a valid dictionary or instance of AgentMessage"),
-        ({"messages": [{"role": "user", "content": 5}]}, {},
-         "invalid request body: messages.0.content: Value error, "
-         "content must be a string, null or a list of content parts"),
-        ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, {},
-         "invalid request body: messages.0.content: Value error, "
-         "content part 0 is a text part without a string 'text'"),
-        ({"messages": [{"role": "user", "content": ["hi"]}]}, {},
-         "invalid request body: messages.0.content: Value error, "
-         "content part 0 must be an object with a string 'type'"),
-        ({"messages": [{"role": "user", "content": "hi"}] * 10_000}, {},
-         "invalid request body: messages: List should have at most 1000 items after validation, not 10000"),
-        ({"messages": [{"role": "user", "content": "hi"}], "deadline_seconds": 0}, {},
-         "invalid request body: deadline_seconds: Input should be greater than 0"),
-        ({"messages": [{"role": "user", "content": "hi"}], "deadline_seconds": -1}, {},
-         "invalid request body: deadline_seconds: Input should be greater than 0"),
-        ({"messages": [{"role": "user", "content": "hi"}], "deadline_seconds": 60.5}, {},
-         "invalid request body: deadline_seconds: Input should be less than or equal to 60"),
-        ({"messages": [{"role": "user", "content": "hi"}], "deadline_seconds": "5"}, {},
-         "invalid request body: deadline_seconds: Input should be a valid number"),
-        ({"messages": [{"role": "user", "content": "hi"}], "deadline_seconds": True}, {},
-         "invalid request body: deadline_seconds: Input should be a valid number"),
-        ({"messages": [{"role": "user", "content": "hi"}], "wait": "yes"}, {},
-         "invalid request body: wait: Input should be a valid boolean"),
-        ({"messages": [{"role": "user", "content": "hi"}], "stream": True}, {},
-         "invalid request body: stream: Extra inputs are not permitted"),
-        ({"messages": [{"role": "user", "content": "hi"}], "conversation_id": "x" * 201}, {},
-         "invalid conversation id: use 1-200 printable ASCII characters"),
-        ({"messages": [{"role": "user", "content": "hi"}], "conversation_id": "a\nb"}, {},
-         "invalid conversation id: use 1-200 printable ASCII characters"),
-        ({"messages": [{"role": "user", "content": "hi"}], "conversation_id": "one"},
-         {"X-Conversation-Id": "two"},
-         "X-Conversation-Id and the body's conversation_id name different conversations"),
+        (
+            {"messages": [{"role": "robot", "content": "hi"}]},
+            {},
+            f"invalid request body: messages.0.role: Input should be {ROLES}",
+        ),
+        (
+            {"messages": [{"content": "hi"}]},
+            {},
+            "invalid request body: messages.0.role: Field required",
+        ),
+        (
+            {"messages": ["hi"]},
+            {},
+            "invalid request body: messages.0: Input should be a valid dictionary or instance of AgentMessage",
+        ),
+        (
+            {"messages": [{"role": "user", "content": 5}]},
+            {},
+            "invalid request body: messages.0.content: Value error, "
+            "content must be a string, null or a list of content parts",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+            {},
+            "invalid request body: messages.0.content: Value error, "
+            "content part 0 is a text part without a string 'text'",
+        ),
+        (
+            {"messages": [{"role": "user", "content": ["hi"]}]},
+            {},
+            "invalid request body: messages.0.content: Value error, "
+            "content part 0 must be an object with a string 'type'",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}] * 10_000},
+            {},
+            "invalid request body: messages: List should have at most 1000 items after validation, not 10000",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "deadline_seconds": 0},
+            {},
+            "invalid request body: deadline_seconds: Input should be greater than 0",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "deadline_seconds": -1},
+            {},
+            "invalid request body: deadline_seconds: Input should be greater than 0",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "deadline_seconds": 60.5},
+            {},
+            "invalid request body: deadline_seconds: Input should be less than or equal to 60",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "deadline_seconds": "5"},
+            {},
+            "invalid request body: deadline_seconds: Input should be a valid number",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "deadline_seconds": True},
+            {},
+            "invalid request body: deadline_seconds: Input should be a valid number",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "wait": "yes"},
+            {},
+            "invalid request body: wait: Input should be a valid boolean",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "stream": True},
+            {},
+            "invalid request body: stream: Extra inputs are not permitted",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "conversation_id": "x" * 201},
+            {},
+            "invalid conversation id: use 1-200 printable ASCII characters",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "conversation_id": "a\nb"},
+            {},
+            "invalid conversation id: use 1-200 printable ASCII characters",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "conversation_id": "one"},
+            {"X-Conversation-Id": "two"},
+            "X-Conversation-Id and the body's conversation_id name different conversations",
+        ),
     ],
 )
-def test_agent_bad_input_is_400_and_calls_no_model(upstream, chat_sections, make_client, body,
-                                                   headers, message):
+def test_agent_bad_input_is_400_and_calls_no_model(
+    upstream, chat_sections, make_client, body, headers, message
+):
     client = make_client(**chat_sections())
     response = client.post("/memory/agent", content=json.dumps(body), headers=headers)
     assert (response.status_code, response.json()) == (
-        400, {"error": {"code": "bad_request", "message": message}})
+        400,
+        {"error": {"code": "bad_request", "message": message}},
+    )
     assert upstream.requests == []
 
 
@@ -338,7 +424,10 @@ def test_the_context_benchmark_runs(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     done = subprocess.run(
         [sys.executable, "-m", "tests.bench.context_hook", "--quick", "--out", str(tmp_path)],
-        cwd=repo, capture_output=True, text=True, timeout=300,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((tmp_path / "context_hook.json").read_text())

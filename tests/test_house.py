@@ -152,7 +152,9 @@ def map_rows(text: str, source: str) -> list[Row]:
     """The rows of the "Module map" section's table in a markdown document."""
     lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) if re.fullmatch(r"#+\s+Module map\s*", line)]
-    assert len(starts) == 1, f"{source}: expected one section headed 'Module map', found {len(starts)}"
+    assert len(starts) == 1, (
+        f"{source}: expected one section headed 'Module map', found {len(starts)}"
+    )
     rows = []
     for line in lines[starts[0] + 1 :]:
         if line.startswith("#"):

@@ -37,10 +37,18 @@ def memories(client) -> dict[str, str]:
     return {m["key"]: m["value"] for m in client.get("/memory").json()["memories"]}
 
 
-def chat_reply(conversation_id: str, response: str, injected: list[str], agent: str,
-               updates: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"conversation_id": conversation_id, "response": response,
-            "memory": {"injected": injected, "agent": agent, "updates": updates}}
+def chat_reply(
+    conversation_id: str,
+    response: str,
+    injected: list[str],
+    agent: str,
+    updates: list[dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "conversation_id": conversation_id,
+        "response": response,
+        "memory": {"injected": injected, "agent": agent, "updates": updates},
+    }
 
 
 def splits(text: str) -> list[list[str]]:
@@ -68,7 +76,9 @@ def test_streamed_chat_never_shows_a_marker_at_any_chunk_boundary(
         ]
         stored = client.get(f"/conversations/{conversation_id}").json()["messages"]
         assert [(m["role"], m["content"]) for m in stored] == [
-            ("user", "I live in Paris now."), ("assistant", SHOWN)]
+            ("user", "I live in Paris now."),
+            ("assistant", SHOWN),
+        ]
         assert memories(client) == {"city": "Paris"}
     assert upstream.received(AGENT_MODEL) == []
     assert len(upstream.received(MAIN_MODEL)) == len(splits(REPLY))
@@ -82,12 +92,14 @@ def test_whole_chat_applies_the_markers_and_stores_the_clean_text(
     upstream.script(MAIN_MODEL, Reply(content=REPLY))
     body = client.post("/chat", json={"message": "I moved to Paris; forget my name."}).json()
     conversation_id = body["conversation_id"]
-    assert body == chat_reply(conversation_id, SHOWN, ["name"], "done",
-                              [CITY_SET, {"op": "delete", "key": "name"}])
+    assert body == chat_reply(
+        conversation_id, SHOWN, ["name"], "done", [CITY_SET, {"op": "delete", "key": "name"}]
+    )
     assert memories(client) == {"city": "Paris"}
     changes = client.get("/memory/history").json()["changes"]
-    assert [(c["key"], c["op"], c["new_value"], c["source"], c["conversation_id"])
-            for c in changes] == [
+    assert [
+        (c["key"], c["op"], c["new_value"], c["source"], c["conversation_id"]) for c in changes
+    ] == [
         ("name", "delete", None, "agent", conversation_id),
         ("city", "set", "Paris", "agent", conversation_id),
         ("name", "set", "Ada", "manual", None),
@@ -105,15 +117,21 @@ def test_the_main_request_gets_the_marker_instructions_after_the_block(
     client.post("/chat", json={"message": "Hi"})
     (main,) = upstream.received(MAIN_MODEL)
     date = client.get("/memory").json()["memories"][0]["updated_at"][:10]
-    assert main.system == "\n".join([
-        f"{SYSTEM_PROMPT}\n\n{BLOCK_PREAMBLE}", "<user_memory>", f"[{date}] name: Ada",
-        "</user_memory>\n\n" + render_marker_instructions(["name", "city"], 10_000),
-    ])
+    assert main.system == "\n".join(
+        [
+            f"{SYSTEM_PROMPT}\n\n{BLOCK_PREAMBLE}",
+            "<user_memory>",
+            f"[{date}] name: Ada",
+            "</user_memory>\n\n" + render_marker_instructions(["name", "city"], 10_000),
+        ]
+    )
     assert "Use only these keys: name, city." in main.system
 
 
 def test_configured_instructions_replace_kvmems(upstream, chat_sections, make_client):
-    client = make_client(**chat_sections(agent={**INLINE, "instructions": "Write [MEMORY: k = v]."}))
+    client = make_client(
+        **chat_sections(agent={**INLINE, "instructions": "Write [MEMORY: k = v]."})
+    )
     client.post("/chat", json={"message": "Hi"})
     assert upstream.received(MAIN_MODEL)[0].system == f"{SYSTEM_PROMPT}\n\nWrite [MEMORY: k = v]."
 
@@ -124,34 +142,62 @@ def test_look_alikes_pass_through_unchanged(upstream, chat_sections, make_client
     upstream.script(MAIN_MODEL, Reply(chunks=list(text)))
     events = sse_events(client.post("/chat", json={"message": "Hi", "stream": True}).text)
     assert "".join(data["content"] for name, data in events if name == "delta") == text
-    assert events[-1] == ("done", chat_reply(events[-1][1]["conversation_id"], text, [], "done", []))
+    assert events[-1] == (
+        "done",
+        chat_reply(events[-1][1]["conversation_id"], text, [], "done", []),
+    )
     assert memories(client) == {}
 
 
 def test_invalid_markers_are_refused_and_reported(upstream, chat_sections, make_client):
     client = make_client(**chat_sections(agent=INLINE, memory={"validKeys": ["name", "city"]}))
-    upstream.script(MAIN_MODEL, Reply(content=(
-        "Done.[MEMORY: Bad Key = x][MEMORY: color = red][MEMORY: city][FORGET: name]"
-        "[MEMORY: city = Rome]")))
+    upstream.script(
+        MAIN_MODEL,
+        Reply(
+            content=(
+                "Done.[MEMORY: Bad Key = x][MEMORY: color = red][MEMORY: city][FORGET: name]"
+                "[MEMORY: city = Rome]"
+            )
+        ),
+    )
     body = client.post("/chat", json={"message": "Remember I live in Rome."}).json()
     valid = "Must be one of: name, city"
-    assert body == chat_reply(body["conversation_id"], "Done.", [], "done", [
-        {"op": "set", "key": "Bad Key", "value": "x", "error": f'Invalid key "Bad Key". {valid}'},
-        {"op": "set", "key": "color", "value": "red", "error": f'Invalid key "color". {valid}'},
-        {"op": "set", "key": "city", "error": "a [MEMORY: ...] marker needs 'key = value'"},
-        {"op": "delete", "key": "name", "error": 'No memory with key "name". Nothing to delete.'},
-        {"op": "set", "key": "city", "value": "Rome"},
-    ])
+    assert body == chat_reply(
+        body["conversation_id"],
+        "Done.",
+        [],
+        "done",
+        [
+            {
+                "op": "set",
+                "key": "Bad Key",
+                "value": "x",
+                "error": f'Invalid key "Bad Key". {valid}',
+            },
+            {"op": "set", "key": "color", "value": "red", "error": f'Invalid key "color". {valid}'},
+            {"op": "set", "key": "city", "error": "a [MEMORY: ...] marker needs 'key = value'"},
+            {
+                "op": "delete",
+                "key": "name",
+                "error": 'No memory with key "name". Nothing to delete.',
+            },
+            {"op": "set", "key": "city", "value": "Rome"},
+        ],
+    )
     assert memories(client) == {"city": "Rome"}
 
 
 def test_a_marker_cut_off_by_max_tokens_is_not_applied(upstream, chat_sections, make_client):
     client = make_client(**chat_sections(agent=INLINE))
-    upstream.script(MAIN_MODEL, Reply(chunks=["Sure.", "\n[MEMORY: name", " = Bo"],
-                                      finish_reason="length"))
+    upstream.script(
+        MAIN_MODEL, Reply(chunks=["Sure.", "\n[MEMORY: name", " = Bo"], finish_reason="length")
+    )
     events = sse_events(client.post("/chat", json={"message": "I'm Bob", "stream": True}).text)
     assert [e for e in events if e[0] == "delta"] == [("delta", {"content": "Sure."})]
-    assert events[-1] == ("done", chat_reply(events[-1][1]["conversation_id"], "Sure.", [], "done", []))
+    assert events[-1] == (
+        "done",
+        chat_reply(events[-1][1]["conversation_id"], "Sure.", [], "done", []),
+    )
     assert memories(client) == {}
 
 
@@ -159,11 +205,16 @@ def test_v1_streamed_chunks_carry_no_marker(upstream, chat_sections, make_client
     client = make_client(**chat_sections(agent=INLINE))
     for chunks in splits(REPLY)[::5]:
         upstream.script(MAIN_MODEL, Reply(chunks=chunks))
-        response = client.post("/v1/chat/completions", json={
-            "model": f"openai/{MAIN_MODEL}", "stream": True,
-            "messages": [{"role": "user", "content": "I live in Paris."}]})
+        response = client.post(
+            "/v1/chat/completions",
+            json={
+                "model": f"openai/{MAIN_MODEL}",
+                "stream": True,
+                "messages": [{"role": "user", "content": "I live in Paris."}],
+            },
+        )
         assert response.status_code == 200
-        lines = [line[len("data: "):] for line in response.text.split("\n\n") if line]
+        lines = [line[len("data: ") :] for line in response.text.split("\n\n") if line]
         assert lines[-1] == "[DONE]"
         chunks_out = [json.loads(line) for line in lines[:-1]]
         assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks_out) == SHOWN
@@ -175,8 +226,10 @@ def test_v1_streamed_chunks_carry_no_marker(upstream, chat_sections, make_client
 def test_v1_whole_completion_is_clean(upstream, chat_sections, make_client):
     client = make_client(**chat_sections(agent=INLINE))
     upstream.script(MAIN_MODEL, Reply(content=REPLY))
-    response = client.post("/v1/chat/completions", json={
-        "model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "Paris."}]})
+    response = client.post(
+        "/v1/chat/completions",
+        json={"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "Paris."}]},
+    )
     assert response.status_code == 200
     assert response.json()["choices"][0]["message"] == {"role": "assistant", "content": SHOWN}
     assert response.headers["x-memory-agent"] == "done"
@@ -188,14 +241,18 @@ def test_ollama_chat_and_generate_are_clean_whole_and_streamed(
 ):
     client = make_client(**chat_sections(agent=INLINE))
     for path, body, text_of in [
-        ("/api/chat", {"messages": [{"role": "user", "content": "Paris."}]},
-         lambda line: line["message"]["content"]),
+        (
+            "/api/chat",
+            {"messages": [{"role": "user", "content": "Paris."}]},
+            lambda line: line["message"]["content"],
+        ),
         ("/api/generate", {"prompt": "Paris."}, lambda line: line["response"]),
     ]:
         for stream in (True, False):
             upstream.script(MAIN_MODEL, Reply(chunks=list(REPLY), content=REPLY))
-            response = client.post(path, json={"model": f"openai/{MAIN_MODEL}", "stream": stream,
-                                               **body})
+            response = client.post(
+                path, json={"model": f"openai/{MAIN_MODEL}", "stream": stream, **body}
+            )
             assert response.status_code == 200
             lines = [json.loads(line) for line in response.text.splitlines() if line]
             assert "".join(text_of(line) for line in lines) == SHOWN
@@ -210,25 +267,40 @@ def test_a_forget_marker_is_in_the_history_with_the_conversation(
     client = make_client(**chat_sections(agent=INLINE))
     client.put("/memory/name", json={"value": "Ada"})
     upstream.script(MAIN_MODEL, Reply(content="Forgotten.[FORGET: name]"))
-    response = client.post("/v1/chat/completions", headers={"X-Conversation-Id": "c-1"}, json={
-        "model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "Forget it"}]})
+    response = client.post(
+        "/v1/chat/completions",
+        headers={"X-Conversation-Id": "c-1"},
+        json={
+            "model": f"openai/{MAIN_MODEL}",
+            "messages": [{"role": "user", "content": "Forget it"}],
+        },
+    )
     assert response.json()["choices"][0]["message"]["content"] == "Forgotten."
     assert memories(client) == {}
     assert client.get("/memory/history").json()["changes"][0] == {
-        "id": 2, "key": "name", "op": "delete", "old_value": "Ada", "new_value": None,
-        "source": "agent", "conversation_id": "c-1", "at": ISO_TIME,
+        "id": 2,
+        "key": "name",
+        "op": "delete",
+        "old_value": "Ada",
+        "new_value": None,
+        "source": "agent",
+        "conversation_id": "c-1",
+        "at": ISO_TIME,
     }
 
 
 def test_placement_is_checked_and_inline_needs_no_agent_model() -> None:
     config = Config.model_validate({"memory": {"agent": {"placement": "inline"}}})
     assert (config.agent_status(), config.inline_memory()) == (
-        (True, "inline: the main model writes memory markers in its reply"), True)
+        (True, "inline: the main model writes memory markers in its reply"),
+        True,
+    )
     assert Config().inline_memory() is False
     with pytest.raises(ValidationError) as caught:
         Config.model_validate({"memory": {"agent": {"placement": "both"}}})
     assert [(e["loc"], e["type"]) for e in caught.value.errors()] == [
-        (("memory", "agent", "placement"), "literal_error")]
+        (("memory", "agent", "placement"), "literal_error")
+    ]
 
 
 def test_a_temporary_request_gets_no_marker_instructions(upstream, chat_sections, make_client):
@@ -242,14 +314,24 @@ def test_a_temporary_request_gets_no_marker_instructions(upstream, chat_sections
 def test_a_reply_of_markers_only_is_an_empty_reply(upstream, chat_sections, make_client):
     client = make_client(**chat_sections(agent=INLINE))
     for stream in (False, True):
-        upstream.script(MAIN_MODEL, Reply(chunks=["[MEMORY: na", "me = Ada]\n"],
-                                          content="[MEMORY: name = Ada]\n"))
+        upstream.script(
+            MAIN_MODEL,
+            Reply(chunks=["[MEMORY: na", "me = Ada]\n"], content="[MEMORY: name = Ada]\n"),
+        )
         response = client.post("/chat", json={"message": "I'm Ada.", "stream": stream})
         body = sse_events(response.text)[-1][1] if stream else response.json()
-        assert body == chat_reply(body["conversation_id"], "", ["name"] if stream else [], "done",
-                                  [{"op": "set", "key": "name", "value": "Ada"}])
+        assert body == chat_reply(
+            body["conversation_id"],
+            "",
+            ["name"] if stream else [],
+            "done",
+            [{"op": "set", "key": "name", "value": "Ada"}],
+        )
         stored = client.get(f"/conversations/{body['conversation_id']}").json()["messages"]
-        assert [(m["role"], m["content"]) for m in stored] == [("user", "I'm Ada."), ("assistant", "")]
+        assert [(m["role"], m["content"]) for m in stored] == [
+            ("user", "I'm Ada."),
+            ("assistant", ""),
+        ]
     assert memories(client) == {"name": "Ada"}
 
 
@@ -257,8 +339,11 @@ def test_a_marker_the_client_left_before_is_not_applied(upstream, chat_sections,
     server = make_server(**chat_sections(agent=INLINE))
     pieces = ["Sure", " thing.", "\n[MEMORY: name", *(["x"] * 50), " = Ada]"]
     upstream.script(MAIN_MODEL, Reply(chunks=pieces, chunk_delay=0.1))
-    body = {"model": f"openai/{MAIN_MODEL}", "stream": True,
-            "messages": [{"role": "user", "content": "I'm Ada."}]}
+    body = {
+        "model": f"openai/{MAIN_MODEL}",
+        "stream": True,
+        "messages": [{"role": "user", "content": "I'm Ada."}],
+    }
     with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body) as response:
         seen = ""
         for line in response.iter_lines():
@@ -273,12 +358,25 @@ def test_a_marker_the_client_left_before_is_not_applied(upstream, chat_sections,
 
 def test_markers_past_sixteen_are_reported_and_not_applied(upstream, chat_sections, make_client):
     client = make_client(**chat_sections(agent=INLINE))
-    upstream.script(MAIN_MODEL, Reply(content="Ok." + "".join(f"[MEMORY: k{i} = v]" for i in range(17))))
+    upstream.script(
+        MAIN_MODEL, Reply(content="Ok." + "".join(f"[MEMORY: k{i} = v]" for i in range(17)))
+    )
     body = client.post("/chat", json={"message": "Remember these."}).json()
-    assert body == chat_reply(body["conversation_id"], "Ok.", [], "done", [
-        *({"op": "set", "key": f"k{i}", "value": "v"} for i in range(16)),
-        {"op": "set", "key": "k16", "value": "v", "error": "not applied: at most 16 markers per reply"},
-    ])
+    assert body == chat_reply(
+        body["conversation_id"],
+        "Ok.",
+        [],
+        "done",
+        [
+            *({"op": "set", "key": f"k{i}", "value": "v"} for i in range(16)),
+            {
+                "op": "set",
+                "key": "k16",
+                "value": "v",
+                "error": "not applied: at most 16 markers per reply",
+            },
+        ],
+    )
     assert sorted(memories(client)) == sorted(f"k{i}" for i in range(16))
 
 
@@ -315,12 +413,21 @@ async def contents(chunks: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[str,
 
 def test_a_stream_that_ends_without_a_finish_reason_releases_what_was_held() -> None:
     def chunk(text: str) -> dict[str, Any]:
-        return {"id": "c", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+        return {
+            "id": "c",
+            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+        }
 
     async def run() -> tuple[list[str], list[list[Marker]]]:
         memory = Memory()
-        call = MainCall(memory, Chunks([chunk("Hi [FORGET: a]"), chunk(" [M")]),  # type: ignore[arg-type]
-                        SimpleNamespace(inline=True), Target("m"), [], "alice")  # type: ignore[arg-type]
+        call = MainCall(
+            memory,
+            Chunks([chunk("Hi [FORGET: a]"), chunk(" [M")]),  # type: ignore[arg-type]
+            SimpleNamespace(inline=True),
+            Target("m"),
+            [],
+            "alice",
+        )  # type: ignore[arg-type]
         stream = await call.stream(contents, str)  # type: ignore[arg-type]
         pieces = [piece async for piece in stream]
         await stream.aclose()
@@ -337,33 +444,59 @@ def test_an_upstream_answer_of_the_wrong_shape_is_still_the_routes_to_judge(
     client = make_client(**chat_sections(agent=INLINE))
     answer = {"id": "x", "object": "chat.completion", "model": MAIN_MODEL}
     error = "the model call failed: {} (a malformed response)"
-    for choices, problem in [("nope", "choices is not an array"),
-                             (["nope"], "choices[0] is not an object"),
-                             ([{"index": 0, "message": "hi"}],
-                              "choices[0].message is missing or not an object")]:
+    for choices, problem in [
+        ("nope", "choices is not an array"),
+        (["nope"], "choices[0] is not an object"),
+        ([{"index": 0, "message": "hi"}], "choices[0].message is missing or not an object"),
+    ]:
         upstream.script(MAIN_MODEL, Reply(raw=json.dumps({**answer, "choices": choices}).encode()))
-        response = client.post("/api/chat", json={
-            "model": f"openai/{MAIN_MODEL}", "stream": False,
-            "messages": [{"role": "user", "content": "Paris."}]})
+        response = client.post(
+            "/api/chat",
+            json={
+                "model": f"openai/{MAIN_MODEL}",
+                "stream": False,
+                "messages": [{"role": "user", "content": "Paris."}],
+            },
+        )
         assert (response.status_code, response.json()) == (502, {"error": error.format(problem)})
     upstream.script(MAIN_MODEL, Reply(raw=json.dumps({**answer, "choices": "nope"}).encode()))
-    response = client.post("/v1/chat/completions", json={
-        "model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "Paris."}]})
+    response = client.post(
+        "/v1/chat/completions",
+        json={"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "Paris."}]},
+    )
     assert (response.status_code, response.json()) == (200, {**answer, "choices": "nope"})
 
-    first = {"id": "x", "object": "chat.completion.chunk", "model": MAIN_MODEL,
-             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "a"}}]}
-    for choices, problem in [("nope", "a chunk's choices is not an array"),
-                             (["nope"], "a chunk's choice is not an object")]:
+    first = {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "model": MAIN_MODEL,
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "a"}}],
+    }
+    for choices, problem in [
+        ("nope", "a chunk's choices is not an array"),
+        (["nope"], "a chunk's choice is not an object"),
+    ]:
         events = [first, {**first, "choices": choices}]
-        upstream.script(MAIN_MODEL, Reply(raw=b"".join(
-            b"data: " + json.dumps(event).encode() + b"\n\n" for event in events
-        ) + b"data: [DONE]\n\n"))
-        response = client.post("/api/chat", json={
-            "model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "Paris."}]})
+        upstream.script(
+            MAIN_MODEL,
+            Reply(
+                raw=b"".join(b"data: " + json.dumps(event).encode() + b"\n\n" for event in events)
+                + b"data: [DONE]\n\n"
+            ),
+        )
+        response = client.post(
+            "/api/chat",
+            json={
+                "model": f"openai/{MAIN_MODEL}",
+                "messages": [{"role": "user", "content": "Paris."}],
+            },
+        )
         lines = [json.loads(line) for line in response.text.splitlines() if line]
-        assert (response.status_code, [line["message"]["content"] for line in lines[:-1]],
-                lines[-1]) == (200, ["a"], {"error": error.format(problem)})
+        assert (
+            response.status_code,
+            [line["message"]["content"] for line in lines[:-1]],
+            lines[-1],
+        ) == (200, ["a"], {"error": error.format(problem)})
 
 
 class BrokenStore(MemoryStore):
@@ -390,4 +523,7 @@ def test_a_marker_write_that_fails_is_the_agent_s_last_error(database, tokens):
     assert run.task is not None and agent.last_error is not None
     assert (run.state, run.task.exception(), agent.outcomes) == ("failed", None, {"failed": 1})
     assert (agent.last_error.code, agent.last_error.upstream_status, agent.last_error.message) == (
-        "internal_error", None, "RuntimeError: the disk caught fire")
+        "internal_error",
+        None,
+        "RuntimeError: the disk caught fire",
+    )

@@ -104,8 +104,10 @@ def test_recall_and_skip_rate_on_the_corpus_meet_the_targets():
     overall = measure(corpus)
     rows = [("all", overall)]
     rows += [(f"split {s}", measure([m for m in corpus if m.split == s])) for s in SPLITS]
-    rows += [(f"lang {lang}", measure([m for m in corpus if m.lang == lang]))
-             for lang in CORPUS_LANGUAGES]
+    rows += [
+        (f"lang {lang}", measure([m for m in corpus if m.lang == lang]))
+        for lang in CORPUS_LANGUAGES
+    ]
     header = f"{'':12}" + "".join(f"{name:>26}" for name in overall)
     print(f"\nintent gate on {len(corpus)} labelled messages\n{header}")
     for label, numbers in rows:
@@ -149,10 +151,19 @@ def test_a_held_out_round_meets_the_targets(path):
     explicit = share(of("explicit"), lambda m: passed[m["text"]])
     implicit = share(of("implicit"), lambda m: passed[m["text"]])
     skipped = share(of("chitchat"), lambda m: not passed[m["text"]])
-    print(f"\nheld-out: explicit {percent(explicit)}, implicit {percent(implicit)}, "
-          f"chit-chat skipped {percent(skipped)}")
-    print("misclassified:", *[(m["lang"], m["label"], m["text"]) for m in heldout
-                              if passed[m["text"]] == (m["label"] == "chitchat")], sep="\n  ")
+    print(
+        f"\nheld-out: explicit {percent(explicit)}, implicit {percent(implicit)}, "
+        f"chit-chat skipped {percent(skipped)}"
+    )
+    print(
+        "misclassified:",
+        *[
+            (m["lang"], m["label"], m["text"])
+            for m in heldout
+            if passed[m["text"]] == (m["label"] == "chitchat")
+        ],
+        sep="\n  ",
+    )
     assert explicit[0] / explicit[1] >= 0.98
     assert implicit[0] / implicit[1] >= 0.90
     assert skipped[0] / skipped[1] >= 0.80
@@ -328,8 +339,7 @@ def test_with_trigger_intent_chit_chat_makes_no_agent_call(
 
     first = chat(client, "What's the weather like in Lisbon in May?")
     assert first["memory"] == {"injected": [], "agent": "gated", "updates": []}
-    second = chat(client, "Remember that I'm vegetarian.",
-                  conversation_id=first["conversation_id"])
+    second = chat(client, "Remember that I'm vegetarian.", conversation_id=first["conversation_id"])
     assert second["memory"]["agent"] in ("running", "done")
     wait_agents_idle(client)
 
@@ -357,15 +367,23 @@ def test_only_the_newest_user_message_opens_the_gate(upstream, chat_sections, ma
     client = make_client(**chat_sections(agent={"trigger": "intent", "trigger_phrases": ["jot"]}))
 
     def complete(*messages: tuple[str, str]) -> None:
-        body = {"model": f"openai/{MAIN_MODEL}",
-                "messages": [{"role": role, "content": text} for role, text in messages]}
+        body = {
+            "model": f"openai/{MAIN_MODEL}",
+            "messages": [{"role": role, "content": text} for role, text in messages],
+        }
         response = client.post("/v1/chat/completions", json=body)
         assert response.status_code == 200, response.text
 
-    complete(("user", "Remember that I'm vegetarian."), ("assistant", "Noted."),
-             ("user", "What's a good pasta recipe?"))
-    complete(("user", "What's a good pasta recipe?"), ("assistant", "Try this."),
-             ("user", "Jot this down: no mushrooms."))
+    complete(
+        ("user", "Remember that I'm vegetarian."),
+        ("assistant", "Noted."),
+        ("user", "What's a good pasta recipe?"),
+    )
+    complete(
+        ("user", "What's a good pasta recipe?"),
+        ("assistant", "Try this."),
+        ("user", "Jot this down: no mushrooms."),
+    )
     wait_agents_idle(client)
     (request,) = upstream.received(AGENT_MODEL)
     assert request.messages[1]["content"].endswith("Human: Jot this down: no mushrooms.")
@@ -377,7 +395,9 @@ def test_the_gate_benchmark_runs():
         [sys.executable, "-m", "tests.bench.intent_gate", "--quick"],
         cwd=Path(__file__).resolve().parents[1],
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "## Intent gate: agent calls on a 12-message conversation" in result.stdout
@@ -388,11 +408,14 @@ def test_the_gate_benchmark_runs():
 def test_a_newest_message_without_text_keeps_the_gate_shut(upstream, chat_sections, make_client):
     client = make_client(**chat_sections(agent={"trigger": "intent"}))
     image = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
-    body = {"model": f"openai/{MAIN_MODEL}", "messages": [
-        {"role": "user", "content": "Remember that I'm vegetarian."},
-        {"role": "assistant", "content": "Noted."},
-        {"role": "user", "content": image},
-    ]}
+    body = {
+        "model": f"openai/{MAIN_MODEL}",
+        "messages": [
+            {"role": "user", "content": "Remember that I'm vegetarian."},
+            {"role": "assistant", "content": "Noted."},
+            {"role": "user", "content": image},
+        ],
+    }
     assert client.post("/v1/chat/completions", json=body).status_code == 200
     body["messages"][-1] = {"role": "user", "content": "Forget my address."}
     assert client.post("/v1/chat/completions", json=body).status_code == 200

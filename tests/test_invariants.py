@@ -60,8 +60,15 @@ EXPECTED = {
     "rest_revert": {200, 404, 409},
 }
 WEIGHTS = {
-    "rest_put": 30, "agent_set": 25, "rest_delete": 10, "agent_delete": 8, "rest_clear": 2,
-    "import": 8, "rest_read": 10, "other_set": 7, "rest_revert": 8,
+    "rest_put": 30,
+    "agent_set": 25,
+    "rest_delete": 10,
+    "agent_delete": 8,
+    "rest_clear": 2,
+    "import": 8,
+    "rest_read": 10,
+    "other_set": 7,
+    "rest_revert": 8,
 }
 
 
@@ -71,7 +78,9 @@ class Journal:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     outcomes: list[tuple[str, Any]] = field(default_factory=list)
-    written: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # value: user, key, source
+    written: dict[str, tuple[str, str, str]] = field(
+        default_factory=dict
+    )  # value: user, key, source
     problems: list[str] = field(default_factory=list)
     reverts: set[str] = field(default_factory=set)  # values a revert wrote back
 
@@ -114,8 +123,13 @@ def value_of(rng: random.Random, tag: str) -> str:
     return " ".join([tag, *["hello"] * rng.randint(0, 14)])
 
 
-def run_thread(number: int, client: TestClient, store: MemoryStore, journal: Journal,
-               barrier: threading.Barrier) -> None:
+def run_thread(
+    number: int,
+    client: TestClient,
+    store: MemoryStore,
+    journal: Journal,
+    barrier: threading.Barrier,
+) -> None:
     rng = random.Random(SEED + number)
     operations, weights = zip(*WEIGHTS.items(), strict=True)
     barrier.wait()
@@ -145,7 +159,10 @@ def run_thread(number: int, client: TestClient, store: MemoryStore, journal: Jou
                     body = response.json()
                     counted = sum(m["token_count"] for m in body["memories"])
                     keys = [m["key"] for m in body["memories"]]
-                    if not (counted == body["total_tokens"] <= TOKEN_LIMIT and len(set(keys)) == len(keys)):
+                    if not (
+                        counted == body["total_tokens"] <= TOKEN_LIMIT
+                        and len(set(keys)) == len(keys)
+                    ):
                         journal.problem(f"an inconsistent listing: {response.text[:300]}")
             elif op in ("agent_set", "other_set"):
                 user = "local" if op == "agent_set" else OTHER_USER
@@ -227,12 +244,14 @@ def test_a_random_concurrent_mix_keeps_every_invariant(
     listing = client.get("/memory").json()
     assert listing["total_tokens"] == sum(m["token_count"] for m in listing["memories"])
     with database.engine.connect() as connection:
-        duplicates = connection.execute(text(
-            "SELECT user_id, key FROM memory_entries GROUP BY user_id, key HAVING COUNT(*) > 1"
-        )).all()
-        totals = connection.execute(text(
-            "SELECT user_id, SUM(token_count) FROM memory_entries GROUP BY user_id"
-        )).all()
+        duplicates = connection.execute(
+            text(
+                "SELECT user_id, key FROM memory_entries GROUP BY user_id, key HAVING COUNT(*) > 1"
+            )
+        ).all()
+        totals = connection.execute(
+            text("SELECT user_id, SUM(token_count) FROM memory_entries GROUP BY user_id")
+        ).all()
     assert duplicates == []
     assert all(total <= TOKEN_LIMIT for _, total in totals)
     for user in ("local", OTHER_USER):
@@ -288,15 +307,20 @@ def expected_error(key: str, value: str | None = None) -> type[KvmemError] | Non
 
 
 def _well_formed(key: str) -> bool:
-    return 1 <= len(key) <= 128 and key[0].isascii() and key[0].islower() and all(
-        c.isascii() and (c.islower() or c.isdigit() or c == "_") for c in key
+    return (
+        1 <= len(key) <= 128
+        and key[0].isascii()
+        and key[0].islower()
+        and all(c.isascii() and (c.islower() or c.isdigit() or c == "_") for c in key)
     )
 
 
 def test_memory_store_matches_a_dict_model(
     make_store: Callable[..., MemoryStore], tokens: TokenCounter
 ) -> None:
-    store = make_store(tokenLimit=MODEL_LIMIT, charLimit=MODEL_CHAR_LIMIT, validKeys=MODEL_VALID_KEYS)
+    store = make_store(
+        tokenLimit=MODEL_LIMIT, charLimit=MODEL_CHAR_LIMIT, validKeys=MODEL_VALID_KEYS
+    )
 
     class StoreMachine(RuleBasedStateMachine):
         """MemoryStore, step by step, against {key: (value, source)}."""
@@ -334,7 +358,10 @@ def test_memory_store_matches_a_dict_model(
             if key in self.model and self.model[key][0] == cleaned:
                 source = self.model[key][1]  # the same value again changes nothing
             assert (written.created, written.entry.value, written.entry.source) == (
-                key not in self.model, cleaned, source)
+                key not in self.model,
+                cleaned,
+                source,
+            )
             self.model[key] = (cleaned, source)
             assert written.total_tokens == self.total()
 
@@ -361,7 +388,9 @@ def test_memory_store_matches_a_dict_model(
             assert store.clear(self.user) == len(self.model)
             self.model.clear()
 
-        @rule(items=st.lists(st.tuples(model_keys, model_values), max_size=4), replace=st.booleans())
+        @rule(
+            items=st.lists(st.tuples(model_keys, model_values), max_size=4), replace=st.booleans()
+        )
         def import_entries(self, items: list[tuple[str, str]], replace: bool) -> None:
             # The first bad item refuses the whole import (with its key's error, then a key
             # given twice, then its value's error).
@@ -377,9 +406,12 @@ def test_memory_store_matches_a_dict_model(
                     break
             incoming = {k: v.strip() for k, v in items}
             kept = {} if replace else {k: v for k, v in self.model.items() if k not in incoming}
-            if not bad and sum(tokens.count(v) for v, _ in kept.values()) + sum(
-                tokens.count(v) for v in incoming.values()
-            ) > MODEL_LIMIT:
+            if (
+                not bad
+                and sum(tokens.count(v) for v, _ in kept.values())
+                + sum(tokens.count(v) for v in incoming.values())
+                > MODEL_LIMIT
+            ):
                 bad = {MemoryFull}
             mode = "replace" if replace else "merge"
             if bad:
@@ -388,8 +420,11 @@ def test_memory_store_matches_a_dict_model(
                 assert type(caught.value) in bad
                 return
             assert store.import_document(self.user, items, mode=mode).imported == len(incoming)
-            unchanged = {k: self.model[k] for k, v in incoming.items()
-                         if k in self.model and self.model[k][0] == v}
+            unchanged = {
+                k: self.model[k]
+                for k, v in incoming.items()
+                if k in self.model and self.model[k][0] == v
+            }
             self.model = {**kept, **{k: (v, "import") for k, v in incoming.items()}, **unchanged}
 
         @rule(data=st.data())

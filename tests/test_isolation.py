@@ -64,7 +64,9 @@ def raw(response: Any) -> tuple[int, list[tuple[str, str]], bytes]:
     return response.status_code, sorted(response.headers.multi_items()), response.content
 
 
-def without_echo(response: Any, echoed: str, stand_in: str) -> tuple[int, list[tuple[str, str]], bytes]:
+def without_echo(
+    response: Any, echoed: str, stand_in: str
+) -> tuple[int, list[tuple[str, str]], bytes]:
     """The response with the echoed id replaced (ids of equal length keep content-length)."""
     assert len(echoed) == len(stand_in)
     status, headers, content = raw(response)
@@ -76,7 +78,9 @@ def not_found_key(key: str) -> dict[str, Any]:
 
 
 def not_found_conversation(conversation_id: str) -> dict[str, Any]:
-    return {"error": {"code": "not_found", "message": f"no conversation with id {conversation_id!r}"}}
+    return {
+        "error": {"code": "not_found", "message": f"no conversation with id {conversation_id!r}"}
+    }
 
 
 def compact(body: Any) -> bytes:
@@ -111,34 +115,56 @@ class World:
 
     def view_of_alice(self) -> dict[str, Any]:
         """Everything alice can read, byte for byte."""
-        paths = ["/memory", "/memory/diary", "/memory/health", "/preferences", "/conversations",
-                 f"/conversations/{self.conversation}", "/memory/history",
-                 "/memory/diary/history", "/memory/proposals"]
+        paths = [
+            "/memory",
+            "/memory/diary",
+            "/memory/health",
+            "/preferences",
+            "/conversations",
+            f"/conversations/{self.conversation}",
+            "/memory/history",
+            "/memory/diary/history",
+            "/memory/proposals",
+        ]
         return {path: raw(self.client.get(path, headers=self.alice)) for path in paths}
 
 
 @pytest.fixture
-def world(make_client: Callable[..., TestClient], chat_sections: Any, upstream: Any,
-          database: Database) -> World:
-    client = make_client(**chat_sections(auth=KEYS_AUTH, memory={"tokenLimit": TOKEN_LIMIT},
-                                         chat={"headers": USER_HEADER},
-                                         agent={"headers": USER_HEADER}))
+def world(
+    make_client: Callable[..., TestClient], chat_sections: Any, upstream: Any, database: Database
+) -> World:
+    client = make_client(
+        **chat_sections(
+            auth=KEYS_AUTH,
+            memory={"tokenLimit": TOKEN_LIMIT},
+            chat={"headers": USER_HEADER},
+            agent={"headers": USER_HEADER},
+        )
+    )
     keys = KeyStore(database)
     _, alice_key = keys.create("alice")
     _, bob_key = keys.create("bob")
     alice = bearer(alice_key)
-    assert client.put("/memory/diary", json={"value": ALICE_DIARY}, headers=alice).status_code == 201
-    assert client.put("/memory/health", json={"value": ALICE_HEALTH}, headers=alice).status_code == 201
+    assert (
+        client.put("/memory/diary", json={"value": ALICE_DIARY}, headers=alice).status_code == 201
+    )
+    assert (
+        client.put("/memory/health", json={"value": ALICE_HEALTH}, headers=alice).status_code == 201
+    )
     upstream.script(MAIN_MODEL, Reply(content=ALICE_HEARS))
     chat = client.post("/chat", json={"message": ALICE_SAYS}, headers=alice)
     assert chat.status_code == 200, chat.text
     wait_agents_idle(client)
     assert client.patch("/preferences", json={"memories": False}, headers=alice).json() == {
-        "memories": False, "review": False
+        "memories": False,
+        "review": False,
     }
     found = World(client, upstream, keys, alice, bob_key, chat.json()["conversation_id"])
-    found.proposal = client.app_state["services"].proposals.propose(
-        "alice", "diary", ALICE_PROPOSES, conversation_id=found.conversation).id
+    found.proposal = (
+        client.app_state["services"]
+        .proposals.propose("alice", "diary", ALICE_PROPOSES, conversation_id=found.conversation)
+        .id
+    )
     found.alice_view = found.view_of_alice()
     assert found.alice_view["/memory"][0] == 200
     return found
@@ -151,7 +177,9 @@ BOB_CREDENTIALS = {
     "user key naming himself": lambda w: bearer(w.bob_key, **{"X-User-Id": "bob"}),
     "user key, alice forwarded": lambda w: bearer(w.bob_key, **{"X-OpenWebUI-User-Id": "alice"}),
     "service key": lambda w: service("bob"),
-    "service key, Open WebUI header": lambda w: bearer(SERVICE_KEY, **{"X-OpenWebUI-User-Id": "bob"}),
+    "service key, Open WebUI header": lambda w: bearer(
+        SERVICE_KEY, **{"X-OpenWebUI-User-Id": "bob"}
+    ),
 }
 
 
@@ -191,7 +219,10 @@ def test_memory_routes_never_reach_the_other_user(world: World, how: str) -> Non
     value = " ".join(["hello"] * TOKEN_LIMIT)
     put = client.put("/memory/diary", json={"value": value}, headers=bob)
     assert (put.status_code, put.json()["total_tokens"], put.json()["memory"]["value"]) == (
-        201, TOKEN_LIMIT, value)
+        201,
+        TOKEN_LIMIT,
+        value,
+    )
     over = client.put("/memory/extra", json={"value": "hello"}, headers=bob)
     assert (over.status_code, over.json()["error"]["total_tokens"]) == (409, TOKEN_LIMIT)
     assert client.get("/memory", headers=bob).json()["usage_percentage"] == 100.0
@@ -200,10 +231,12 @@ def test_memory_routes_never_reach_the_other_user(world: World, how: str) -> Non
     assert client.put("/memory/health", json={"value": "bob's"}, headers=bob).status_code == 201
     assert client.delete("/memory", headers=bob).json() == {"deleted": 1}
     assert client.patch("/preferences", json={"memories": True}, headers=bob).json() == {
-        "memories": True, "review": False
+        "memories": True,
+        "review": False,
     }
     assert client.patch("/preferences", json={"memories": False}, headers=bob).json() == {
-        "memories": False, "review": False
+        "memories": False,
+        "review": False,
     }
 
     # Proposals: none of hers is listed, kept, dismissed or counted; her id answers as an id
@@ -214,7 +247,9 @@ def test_memory_routes_never_reach_the_other_user(world: World, how: str) -> Non
         hers = client.post(f"/memory/proposals/{world.proposal}/{action}", headers=bob)
         nobodys = client.post(f"/memory/proposals/{unused}/{action}", headers=bob)
         assert (hers.status_code, hers.json()) == (
-            404, {"error": {"code": "not_found", "message": f"no pending proposal {world.proposal}"}})
+            404,
+            {"error": {"code": "not_found", "message": f"no pending proposal {world.proposal}"}},
+        )
         assert without_echo(hers, str(world.proposal), str(unused)) == raw(nobodys)
     assert client.delete("/memory/proposals", headers=bob).json() == {"rejected": 0}
 
@@ -223,18 +258,25 @@ def test_memory_routes_never_reach_the_other_user(world: World, how: str) -> Non
 
 
 @pytest.mark.parametrize("how", list(BOB_CREDENTIALS))
-def test_history_export_import_and_erasure_never_reach_the_other_user(world: World, how: str) -> None:
+def test_history_export_import_and_erasure_never_reach_the_other_user(
+    world: World, how: str
+) -> None:
     client, bob = world.client, BOB_CREDENTIALS[how](world)
     alices = client.get("/memory/history", headers=world.alice).json()["changes"]
     assert [c["key"] for c in alices] == ["health", "diary"]  # the check below can fail
 
     # Reads: no history, no export of hers; her key's history answers like nobody's key's.
     assert client.get("/memory/history", headers=bob).json() == {"changes": [], "next": None}
-    assert client.get("/memory/history?key=diary", headers=bob).json() == {"changes": [], "next": None}
+    assert client.get("/memory/history?key=diary", headers=bob).json() == {
+        "changes": [],
+        "next": None,
+    }
     hers = client.get("/memory/diary/history", headers=bob)
     nobodys = client.get("/memory/dummy/history", headers=bob)
     assert without_echo(hers, "'diary'", "'dummy'") == raw(nobodys)
-    assert hers.json() == {"error": {"code": "not_found", "message": "no memory and no history with key 'diary'"}}
+    assert hers.json() == {
+        "error": {"code": "not_found", "message": "no memory and no history with key 'diary'"}
+    }
     exported = client.get("/memory/export", headers=bob).json()
     assert (exported["user"], exported["memories"]) == ("bob", [])
 
@@ -252,7 +294,10 @@ def test_history_export_import_and_erasure_never_reach_the_other_user(world: Wor
     # Writes land in bob's memory only; clearing and erasing clear only his.
     document = {"memories": [{"key": "diary", "value": "bob's diary"}]}
     assert client.post("/memory/import?mode=replace", json=document, headers=bob).json() == {
-        "imported": 1, "deleted": 0, "total_tokens": 3, "token_limit": TOKEN_LIMIT
+        "imported": 1,
+        "deleted": 0,
+        "total_tokens": 3,
+        "token_limit": TOKEN_LIMIT,
     }
     assert client.delete("/memory/history", headers=bob).json() == {"deleted": 1}
     erased = client.delete("/me", headers=bob)
@@ -276,8 +321,9 @@ def test_conversation_routes_never_reach_the_other_user(world: World, how: str) 
         answers = []
         for conversation_id in (hers, nobodys):
             filled = json.loads(json.dumps(body).replace("{}", conversation_id)) if body else None
-            answers.append(client.request(method, path.format(conversation_id), json=filled,
-                                          headers=bob))
+            answers.append(
+                client.request(method, path.format(conversation_id), json=filled, headers=bob)
+            )
         assert answers[0].status_code == 404
         assert answers[0].json() == not_found_conversation(hers)
         assert without_echo(answers[0], hers, nobodys) == raw(answers[1]), (method, path, body)
@@ -288,8 +334,12 @@ def test_conversation_routes_never_reach_the_other_user(world: World, how: str) 
     upstream.script(MAIN_MODEL, Reply(content="hello bob"))
     own = client.post("/chat", json={"message": "bob here"}, headers=bob).json()["conversation_id"]
     wait_agents_idle(client)
-    assert [c["id"] for c in client.get("/conversations", headers=bob).json()["conversations"]] == [own]
-    assert client.get(f"/conversations/{own}", headers=world.alice).json() == not_found_conversation(own)
+    assert [c["id"] for c in client.get("/conversations", headers=bob).json()["conversations"]] == [
+        own
+    ]
+    assert client.get(
+        f"/conversations/{own}", headers=world.alice
+    ).json() == not_found_conversation(own)
     assert world.view_of_alice() == world.alice_view
 
 
@@ -317,22 +367,35 @@ ROUTES = [
     ("GET", "/conversations", None),
     ("GET", "/conversations/{conversation}", None),
     ("DELETE", "/conversations/{conversation}", None),
-    ("POST", "/v1/chat/completions", {"model": f"openai/{MAIN_MODEL}",
-                                      "messages": [{"role": "user", "content": "hi"}]}),
+    (
+        "POST",
+        "/v1/chat/completions",
+        {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]},
+    ),
     ("GET", "/v1/models", None),
     ("POST", "/sessions", None),
     ("DELETE", "/sessions/current", None),
     ("POST", "/memory/context", {"system": "s"}),
     ("POST", "/memory/agent", {"messages": [{"role": "user", "content": "remember x"}]}),
-    ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": {"name": "memory_get", "arguments": {"key": "diary"}}}),
+    (
+        "POST",
+        "/mcp",
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "memory_get", "arguments": {"key": "diary"}},
+        },
+    ),
     ("GET", "/usage", None),
     ("GET", "/metrics", None),
 ]
 
 
 @pytest.mark.parametrize(("method", "path", "body"), ROUTES)
-def test_outsiders_learn_nothing_on_any_route(world: World, method: str, path: str, body: Any) -> None:
+def test_outsiders_learn_nothing_on_any_route(
+    world: World, method: str, path: str, body: Any
+) -> None:
     """bob's key naming alice, no key, a wrong key and alice's revoked key: refused, and the
     refusal is the same whether or not the user they aim at exists."""
     client, path = world.client, path.format(conversation=world.conversation)
@@ -340,17 +403,20 @@ def test_outsiders_learn_nothing_on_any_route(world: World, method: str, path: s
     world.keys.revoke(revoked_info.id)
     calls = len(world.upstream.requests)
 
-    naming_alice = client.request(method, path, json=body,
-                                  headers=bearer(world.bob_key, **{"X-User-Id": "alice"}))
-    naming_nobody = client.request(method, path, json=body,
-                                   headers=bearer(world.bob_key, **{"X-User-Id": "zelda"}))
+    naming_alice = client.request(
+        method, path, json=body, headers=bearer(world.bob_key, **{"X-User-Id": "alice"})
+    )
+    naming_nobody = client.request(
+        method, path, json=body, headers=bearer(world.bob_key, **{"X-User-Id": "zelda"})
+    )
     assert raw(naming_alice) == raw(naming_nobody)
     assert naming_alice.status_code == 403
     assert naming_alice.json()["error"]["code"] == "forbidden"
 
     with_revoked = client.request(method, path, json=body, headers=bearer(revoked))
-    with_unknown = client.request(method, path, json=body,
-                                  headers=bearer("kvm_" + "A" * (len(revoked) - 4)))
+    with_unknown = client.request(
+        method, path, json=body, headers=bearer("kvm_" + "A" * (len(revoked) - 4))
+    )
     without_key = client.request(method, path, json=body)
     assert raw(with_revoked) == raw(with_unknown)
     assert (with_revoked.status_code, without_key.status_code) == (401, 401)
@@ -359,11 +425,16 @@ def test_outsiders_learn_nothing_on_any_route(world: World, method: str, path: s
     ended = client.post("/sessions", headers=world.alice).json()["token"]
     assert client.delete("/sessions/current", headers=bearer(ended)).status_code == 204
     with_ended = client.request(method, path, json=body, headers=bearer(ended))
-    with_unminted = client.request(method, path, json=body,
-                                   headers=bearer("kvs_" + "A" * (len(ended) - 4)))
+    with_unminted = client.request(
+        method, path, json=body, headers=bearer("kvs_" + "A" * (len(ended) - 4))
+    )
     assert raw(with_ended) == raw(with_unminted)
     assert with_ended.status_code == 401
-    assert with_revoked.json()["error"]["code"] == without_key.json()["error"]["code"] == "unauthorized"
+    assert (
+        with_revoked.json()["error"]["code"]
+        == without_key.json()["error"]["code"]
+        == "unauthorized"
+    )
 
     assert len(world.upstream.requests) == calls
     assert world.view_of_alice() == world.alice_view
@@ -393,23 +464,32 @@ def test_outsiders_learn_nothing_on_the_ollama_routes(
     world.keys.revoke(revoked_info.id)
     calls = len(world.upstream.requests)
 
-    naming_alice = client.request(method, path, json=body,
-                                  headers=bearer(world.bob_key, **{"X-User-Id": "alice"}))
-    naming_nobody = client.request(method, path, json=body,
-                                   headers=bearer(world.bob_key, **{"X-User-Id": "zelda"}))
+    naming_alice = client.request(
+        method, path, json=body, headers=bearer(world.bob_key, **{"X-User-Id": "alice"})
+    )
+    naming_nobody = client.request(
+        method, path, json=body, headers=bearer(world.bob_key, **{"X-User-Id": "zelda"})
+    )
     assert raw(naming_alice) == raw(naming_nobody)
-    assert (naming_alice.status_code, naming_alice.json()) == (403, {"error": (
-        "a user key acts only for its own user; drop X-User-Id or use a service key")})
+    assert (naming_alice.status_code, naming_alice.json()) == (
+        403,
+        {"error": ("a user key acts only for its own user; drop X-User-Id or use a service key")},
+    )
 
     with_revoked = client.request(method, path, json=body, headers=bearer(revoked))
-    with_unknown = client.request(method, path, json=body,
-                                  headers=bearer("kvm_" + "A" * (len(revoked) - 4)))
+    with_unknown = client.request(
+        method, path, json=body, headers=bearer("kvm_" + "A" * (len(revoked) - 4))
+    )
     without_key = client.request(method, path, json=body)
     assert raw(with_revoked) == raw(with_unknown)
     assert (with_revoked.status_code, with_revoked.json()) == (
-        401, {"error": "the API key is not valid (unknown or revoked)"})
+        401,
+        {"error": "the API key is not valid (unknown or revoked)"},
+    )
     assert (without_key.status_code, without_key.json()) == (
-        401, {"error": "missing credentials: send Authorization: Bearer <key>"})
+        401,
+        {"error": "missing credentials: send Authorization: Bearer <key>"},
+    )
 
     assert len(world.upstream.requests) == calls
     assert world.view_of_alice() == world.alice_view
@@ -422,16 +502,24 @@ def test_ollama_chats_never_see_the_other_users_memory(world: World) -> None:
     bob = bearer(world.bob_key)
     client.patch("/preferences", json={"memories": True}, headers=world.alice)
     assert client.put("/memory/fact", json={"value": BOB_FACT}, headers=bob).status_code == 201
-    upstream.default(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("diary", "bob's diary")]))
+    upstream.default(
+        AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("diary", "bob's diary")])
+    )
     before = len(upstream.requests)
 
     sent = [
         client.post("/api/chat", json=OLLAMA_CHAT, headers=bob),
         client.post("/api/chat", json={**OLLAMA_CHAT, "stream": False}, headers=service("bob")),
-        client.post("/api/generate", json=OLLAMA_GENERATE,
-                    headers=bearer(world.bob_key, **{"X-OpenWebUI-User-Id": "alice"})),
-        client.post("/api/generate", json={**OLLAMA_GENERATE, "stream": False},
-                    headers=bearer(SERVICE_KEY, **{"X-OpenWebUI-User-Id": "bob"})),
+        client.post(
+            "/api/generate",
+            json=OLLAMA_GENERATE,
+            headers=bearer(world.bob_key, **{"X-OpenWebUI-User-Id": "alice"}),
+        ),
+        client.post(
+            "/api/generate",
+            json={**OLLAMA_GENERATE, "stream": False},
+            headers=bearer(SERVICE_KEY, **{"X-OpenWebUI-User-Id": "bob"}),
+        ),
     ]
     assert [r.status_code for r in sent] == [200] * len(sent)
     assert json.loads(sent[0].text.splitlines()[-1])["done"] is True
@@ -454,7 +542,8 @@ def test_ollama_chats_never_see_the_other_users_memory(world: World) -> None:
             assert marker not in response.text
     assert client.get("/memory/diary", headers=bob).json()["value"] == "bob's diary"
     assert client.get("/memory/diary", headers=world.alice).json() == json.loads(
-        world.alice_view["/memory/diary"][2])
+        world.alice_view["/memory/diary"][2]
+    )
 
 
 def upstream_text(request: Any) -> str:
@@ -469,7 +558,9 @@ def test_models_never_see_the_other_users_memory(world: World) -> None:
     # alice turns memory back on: her block would be injected into anything that is hers.
     client.patch("/preferences", json={"memories": True}, headers=world.alice)
     assert client.put("/memory/fact", json={"value": BOB_FACT}, headers=bob).status_code == 201
-    upstream.default(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("diary", "bob's diary")]))
+    upstream.default(
+        AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("diary", "bob's diary")])
+    )
     before = len(upstream.requests)
 
     completion = {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]}
@@ -478,14 +569,22 @@ def test_models_never_see_the_other_users_memory(world: World) -> None:
         client.post("/chat", json={"message": "hi", "stream": True}, headers=bob),
         client.post("/chat", json={"message": "hi"}, headers=service("bob")),
         client.post("/v1/chat/completions", json={**completion, "user": "alice"}, headers=bob),
-        client.post("/v1/chat/completions", json={**completion, "user": "alice"},
-                    headers=service("bob")),
-        client.post("/v1/chat/completions", json={**completion, "user": "bob"},
-                    headers=bearer(SERVICE_KEY)),
-        client.post("/v1/chat/completions", json=completion,
-                    headers=bearer(world.bob_key, **{"X-OpenWebUI-User-Id": "alice"})),
-        client.post("/v1/chat/completions", json={**completion, "stream": True},
-                    headers=bearer(SERVICE_KEY, **{"X-OpenWebUI-User-Id": "bob"})),
+        client.post(
+            "/v1/chat/completions", json={**completion, "user": "alice"}, headers=service("bob")
+        ),
+        client.post(
+            "/v1/chat/completions", json={**completion, "user": "bob"}, headers=bearer(SERVICE_KEY)
+        ),
+        client.post(
+            "/v1/chat/completions",
+            json=completion,
+            headers=bearer(world.bob_key, **{"X-OpenWebUI-User-Id": "alice"}),
+        ),
+        client.post(
+            "/v1/chat/completions",
+            json={**completion, "stream": True},
+            headers=bearer(SERVICE_KEY, **{"X-OpenWebUI-User-Id": "bob"}),
+        ),
     ]
     assert [r.status_code for r in sent] == [200] * len(sent)
     assert sse_events(sent[1].text)[-1][0] == "done"
@@ -510,7 +609,8 @@ def test_models_never_see_the_other_users_memory(world: World) -> None:
     # Every agent write went to bob; alice's diary is still hers, unchanged.
     assert client.get("/memory/diary", headers=bob).json()["value"] == "bob's diary"
     assert client.get("/memory/diary", headers=world.alice).json() == json.loads(
-        world.alice_view["/memory/diary"][2])
+        world.alice_view["/memory/diary"][2]
+    )
     assert client.get("/memory/health", headers=bob).json() == not_found_key("health")
 
 
@@ -538,33 +638,52 @@ def test_hooks_and_mcp_never_reach_the_other_user(world: World, how: str) -> Non
 
     empty = {"block": "", "injected": [], "token_count": 0, "enabled": True, "system": "S"}
     assert client.post("/memory/context", json={"system": "S"}, headers=bob).json() == empty
-    assert mcp_call(client, bob, "resources/read", uri="memory://block")["contents"][0]["text"] == ""
+    assert (
+        mcp_call(client, bob, "resources/read", uri="memory://block")["contents"][0]["text"] == ""
+    )
 
     # bob's MCP calls: alice's keys are keys nobody has, and writes land in bob's memory.
     assert mcp_call(client, bob, "tools/call", name="memory_list", arguments={})[
-        "structuredContent"] == listing([], 0)
-    for tool, message in [("memory_get", 'No memory with key "diary".'),
-                          ("memory_delete", 'No memory with key "diary". Nothing to delete.')]:
+        "structuredContent"
+    ] == listing([], 0)
+    for tool, message in [
+        ("memory_get", 'No memory with key "diary".'),
+        ("memory_delete", 'No memory with key "diary". Nothing to delete.'),
+    ]:
         assert mcp_call(client, bob, "tools/call", name=tool, arguments={"key": "diary"}) == (
-            tool_error(message))
+            tool_error(message)
+        )
     assert mcp_call(client, bob, "tools/call", name="memory_history", arguments={})[
-        "structuredContent"] == {"changes": [], "next": None}
-    written = mcp_call(client, bob, "tools/call", name="memory_set",
-                       arguments={"key": "fact", "value": BOB_FACT})
-    assert written["structuredContent"]["total_tokens"] == written["structuredContent"]["memory"][
-        "token_count"]  # alice's tokens are not counted
+        "structuredContent"
+    ] == {"changes": [], "next": None}
+    written = mcp_call(
+        client, bob, "tools/call", name="memory_set", arguments={"key": "fact", "value": BOB_FACT}
+    )
+    assert (
+        written["structuredContent"]["total_tokens"]
+        == written["structuredContent"]["memory"]["token_count"]
+    )  # alice's tokens are not counted
 
     # The agent hook reads bob's memory and writes bob's memory.
     upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("diary", "bob's")]))
-    ran = client.post("/memory/agent", headers=bob,
-                      json={"messages": [{"role": "user", "content": "remember my diary"}]})
-    assert ran.json() == {"agent": "done", "updates": [{"op": "set", "key": "diary", "value": "bob's"}]}
+    ran = client.post(
+        "/memory/agent",
+        headers=bob,
+        json={"messages": [{"role": "user", "content": "remember my diary"}]},
+    )
+    assert ran.json() == {
+        "agent": "done",
+        "updates": [{"op": "set", "key": "diary", "value": "bob's"}],
+    }
     agent_request = upstream.received(AGENT_MODEL)[-1]  # (alice chatted when the world was made)
     assert BOB_FACT in agent_request.messages[1]["content"]
     block = client.post("/memory/context", json={}, headers=bob).json()
     assert block["injected"] == ["fact", "diary"]
-    for text in (upstream_text(agent_request), json.dumps(block),
-                 json.dumps(mcp_call(client, bob, "resources/read", uri="memory://block"))):
+    for text in (
+        upstream_text(agent_request),
+        json.dumps(block),
+        json.dumps(mcp_call(client, bob, "resources/read", uri="memory://block")),
+    ):
         for marker in ALICE_MARKERS:
             assert marker not in text
     assert client.get("/memory/diary", headers=bob).json()["value"] == "bob's"
@@ -617,17 +736,22 @@ def test_cli_memory_commands_with_user_touch_only_that_user(
     }
     assert reads[1].stdout == reads[2].stdout == ""
 
-    deleted, cleared = commands(["memory", "delete", "diary", "--user", "bob"],
-                                ["memory", "clear", "--user", "bob"])
+    deleted, cleared = commands(
+        ["memory", "delete", "diary", "--user", "bob"], ["memory", "clear", "--user", "bob"]
+    )
     assert (deleted.code, deleted.stdout, deleted.stderr) == (
-        1, "", "kvmem: not_found: no memory with key 'diary'\n")
+        1,
+        "",
+        "kvmem: not_found: no memory with key 'diary'\n",
+    )
     assert (cleared.code, cleared.json()) == (0, {"deleted": 0})
 
     written = commands(["memory", "set", "health", "bob's health", "--user", "bob"])[0]
     assert (written.code, written.json()["total_tokens"]) == (0, 3)  # alice's tokens not counted
     imported = commands(["memory", "import", "bob.json", "--replace", "--user", "bob"])[0]
     assert (imported.code, imported.json()) == (
-        0, {"imported": 1, "deleted": 1, "total_tokens": 2, "token_limit": TOKEN_LIMIT}
+        0,
+        {"imported": 1, "deleted": 1, "total_tokens": 2, "token_limit": TOKEN_LIMIT},
     )
     final = commands(["memory", "list", "--user", "bob"])[0].json()
     assert [(m["key"], m["value"], m["source"]) for m in final["memories"]] == [
@@ -676,8 +800,15 @@ def cast_of(client: TestClient, upstream: Any, database: Database) -> Cast:
         own = [marker(user, what) for what in ("value", "said", "heard")]
         markers[user] = own
         headers = bearer(secret)
-        assert client.put(f"/memory/secret_{user}", json={"value": own[0]}, headers=headers).status_code == 201
-        assert client.put("/memory/shared", json={"value": own[0]}, headers=headers).status_code == 201
+        assert (
+            client.put(
+                f"/memory/secret_{user}", json={"value": own[0]}, headers=headers
+            ).status_code
+            == 201
+        )
+        assert (
+            client.put("/memory/shared", json={"value": own[0]}, headers=headers).status_code == 201
+        )
         upstream.script(MAIN_MODEL, Reply(content=own[2]))
         chat = client.post("/chat", json={"message": own[1]}, headers=headers)
         assert chat.status_code == 200, chat.text
@@ -718,7 +849,19 @@ def any_text(max_size: int = 40) -> st.SearchStrategy[str]:
 
 
 KNOWN_KEYS = ["diary", "shared", "secret_alice", "secret_bob", "secret_carol", "nothing"]
-PATH_TRICKS = ["%", "%zz", "%00", "%C3%28", "%ED%A0%80", "%2F", "%2e%2e", "..", "%20", "%0A", "a%2Fb"]
+PATH_TRICKS = [
+    "%",
+    "%zz",
+    "%00",
+    "%C3%28",
+    "%ED%A0%80",
+    "%2F",
+    "%2e%2e",
+    "..",
+    "%20",
+    "%0A",
+    "a%2Fb",
+]
 
 
 @st.composite
@@ -741,13 +884,44 @@ def path_segments(draw: Any, known: list[str]) -> str:
 def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
     """(credentials index, method, path, body) — shaped by the API's schema, then bent."""
     conversation_ids = [*cast.conversations.values(), str(uuid.uuid4())]
-    route = draw(st.sampled_from(["memory", "key", "key", "key", "preferences", "chat", "chat",
-                                  "conversations", "conversation", "conversation", "completions",
-                                  "models", "healthz", "ollama_chat", "ollama_generate",
-                                  "ollama_tags", "ollama_show", "history", "key_history",
-                                  "revert", "revert", "export", "import", "import", "me",
-                                  "context", "agent", "mcp", "mcp", "proposals", "proposal",
-                                  "proposal"]))
+    route = draw(
+        st.sampled_from(
+            [
+                "memory",
+                "key",
+                "key",
+                "key",
+                "preferences",
+                "chat",
+                "chat",
+                "conversations",
+                "conversation",
+                "conversation",
+                "completions",
+                "models",
+                "healthz",
+                "ollama_chat",
+                "ollama_generate",
+                "ollama_tags",
+                "ollama_show",
+                "history",
+                "key_history",
+                "revert",
+                "revert",
+                "export",
+                "import",
+                "import",
+                "me",
+                "context",
+                "agent",
+                "mcp",
+                "mcp",
+                "proposals",
+                "proposal",
+                "proposal",
+            ]
+        )
+    )
     path = {
         "context": "/memory/context",
         "agent": "/memory/agent",
@@ -772,11 +946,17 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
     elif route in ("key_history", "revert"):
         path = f"/memory/{draw(path_segments(KNOWN_KEYS))}/{route.removeprefix('key_')}"
     elif route == "history":
-        params = draw(st.dictionaries(st.sampled_from(["key", "limit", "before"]),
-                                      st.sampled_from(KNOWN_KEYS) | st.integers(-2, 2**64).map(str)
-                                      | any_text(10), max_size=3))
-        query = "&".join(f"{name}={quote(value.encode('utf-8', 'surrogatepass'), safe='')}"
-                         for name, value in params.items())
+        params = draw(
+            st.dictionaries(
+                st.sampled_from(["key", "limit", "before"]),
+                st.sampled_from(KNOWN_KEYS) | st.integers(-2, 2**64).map(str) | any_text(10),
+                max_size=3,
+            )
+        )
+        query = "&".join(
+            f"{name}={quote(value.encode('utf-8', 'surrogatepass'), safe='')}"
+            for name, value in params.items()
+        )
         path = "/memory/history" + (f"?{query}" if query else "")
     elif route == "import":
         mode = draw(st.sampled_from(["", "?mode=merge", "?mode=replace", "?mode=nope"]))
@@ -786,24 +966,49 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
     elif route == "proposal":  # the cast's proposals are ids 1-3
         action = draw(st.sampled_from(["accept", "reject"]))
         path = f"/memory/proposals/{draw(path_segments(['1', '2', '3', '4', '0']))}/{action}"
-    usual = {"key": "PUT", "preferences": "PATCH", "chat": "POST", "completions": "POST",
-             "ollama_chat": "POST", "ollama_generate": "POST", "ollama_show": "POST",
-             "revert": "POST", "import": "POST", "me": "DELETE",
-             "context": "POST", "agent": "POST", "mcp": "POST",
-             "proposal": "POST"}.get(route, "GET")
-    method = draw(st.sampled_from([usual, usual, usual, "GET", "PUT", "DELETE", "PATCH", "POST",
-                                   "HEAD", "OPTIONS"]))
+    usual = {
+        "key": "PUT",
+        "preferences": "PATCH",
+        "chat": "POST",
+        "completions": "POST",
+        "ollama_chat": "POST",
+        "ollama_generate": "POST",
+        "ollama_show": "POST",
+        "revert": "POST",
+        "import": "POST",
+        "me": "DELETE",
+        "context": "POST",
+        "agent": "POST",
+        "mcp": "POST",
+        "proposal": "POST",
+    }.get(route, "GET")
+    method = draw(
+        st.sampled_from(
+            [usual, usual, usual, "GET", "PUT", "DELETE", "PATCH", "POST", "HEAD", "OPTIONS"]
+        )
+    )
     shaped = {
         "key": st.fixed_dictionaries({"value": any_text()}, optional={"source": json_values()}),
-        "preferences": st.fixed_dictionaries({"memories": st.booleans() | json_values()},
-                                             optional={"review": st.booleans() | json_values()}),
+        "preferences": st.fixed_dictionaries(
+            {"memories": st.booleans() | json_values()},
+            optional={"review": st.booleans() | json_values()},
+        ),
         "revert": st.fixed_dictionaries({"to": st.integers(-2, 2**64) | json_values()}),
         "import": st.fixed_dictionaries(
-            {"memories": st.lists(st.fixed_dictionaries(
-                {"key": st.sampled_from(KNOWN_KEYS) | any_text(12), "value": any_text()},
-                optional={"source": json_values()}), max_size=4) | json_values()},
-            optional={"format": st.just("kvmem.memory.v1") | json_values(),
-                      "user": st.sampled_from([*FUZZ_USERS, VICTIM])},
+            {
+                "memories": st.lists(
+                    st.fixed_dictionaries(
+                        {"key": st.sampled_from(KNOWN_KEYS) | any_text(12), "value": any_text()},
+                        optional={"source": json_values()},
+                    ),
+                    max_size=4,
+                )
+                | json_values()
+            },
+            optional={
+                "format": st.just("kvmem.memory.v1") | json_values(),
+                "user": st.sampled_from([*FUZZ_USERS, VICTIM]),
+            },
         ),
         "chat": st.fixed_dictionaries(
             {"message": any_text()},
@@ -818,10 +1023,15 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
             {
                 "model": st.sampled_from([f"openai/{MAIN_MODEL}", "gpt-nope"]) | json_values(),
                 "messages": st.lists(
-                    st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant"]),
-                                           "content": any_text()}),
+                    st.fixed_dictionaries(
+                        {
+                            "role": st.sampled_from(["user", "system", "assistant"]),
+                            "content": any_text(),
+                        }
+                    ),
                     max_size=3,
-                ) | json_values(),
+                )
+                | json_values(),
             },
             optional={"stream": st.booleans(), "user": st.sampled_from([*FUZZ_USERS, VICTIM])},
         ),
@@ -829,10 +1039,15 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
             {
                 "model": st.sampled_from([f"openai/{MAIN_MODEL}", "llama3:latest"]) | json_values(),
                 "messages": st.lists(
-                    st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant"]),
-                                           "content": any_text()}),
+                    st.fixed_dictionaries(
+                        {
+                            "role": st.sampled_from(["user", "system", "assistant"]),
+                            "content": any_text(),
+                        }
+                    ),
                     max_size=3,
-                ) | json_values(),
+                )
+                | json_values(),
             },
             optional={"stream": st.booleans(), "options": json_values(), "format": json_values()},
         ),
@@ -843,31 +1058,73 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
         "ollama_show": st.fixed_dictionaries({"model": any_text() | json_values()}),
         "context": st.fixed_dictionaries({}, optional={"system": any_text() | json_values()}),
         "agent": st.fixed_dictionaries(
-            {"messages": st.lists(
-                st.fixed_dictionaries(
-                    {"role": st.sampled_from(["user", "assistant", "tool", "robot"]) | json_values()},
-                    optional={"content": any_text() | st.lists(json_values(), max_size=2)
-                              | json_values()}),
-                max_size=3) | json_values()},
-            optional={"wait": st.booleans() | json_values(),
-                      "deadline_seconds": st.floats(-1, 61) | json_values(),
-                      "conversation_id": any_text() | json_values()},
+            {
+                "messages": st.lists(
+                    st.fixed_dictionaries(
+                        {
+                            "role": st.sampled_from(["user", "assistant", "tool", "robot"])
+                            | json_values()
+                        },
+                        optional={
+                            "content": any_text()
+                            | st.lists(json_values(), max_size=2)
+                            | json_values()
+                        },
+                    ),
+                    max_size=3,
+                )
+                | json_values()
+            },
+            optional={
+                "wait": st.booleans() | json_values(),
+                "deadline_seconds": st.floats(-1, 61) | json_values(),
+                "conversation_id": any_text() | json_values(),
+            },
         ),
         "mcp": st.fixed_dictionaries(
-            {"jsonrpc": st.just("2.0") | json_values(),
-             "method": st.sampled_from(["tools/call", "tools/call", "tools/list", "resources/read",
-                                        "initialize", "ping", "nope"]) | json_values()},
+            {
+                "jsonrpc": st.just("2.0") | json_values(),
+                "method": st.sampled_from(
+                    [
+                        "tools/call",
+                        "tools/call",
+                        "tools/list",
+                        "resources/read",
+                        "initialize",
+                        "ping",
+                        "nope",
+                    ]
+                )
+                | json_values(),
+            },
             optional={
                 "id": st.integers(0, 9) | json_values(),
                 "params": st.fixed_dictionaries(
-                    {"name": st.sampled_from(["memory_list", "memory_get", "memory_set",
-                                              "memory_delete", "memory_history", "nope"])},
-                    optional={"arguments": st.fixed_dictionaries(
-                        {}, optional={"key": st.sampled_from(KNOWN_KEYS) | json_values(),
-                                      "value": any_text() | json_values(),
-                                      "extra": json_values()}),
-                              "uri": st.sampled_from(["memory://block", "memory://x"])},
-                ) | json_values(),
+                    {
+                        "name": st.sampled_from(
+                            [
+                                "memory_list",
+                                "memory_get",
+                                "memory_set",
+                                "memory_delete",
+                                "memory_history",
+                                "nope",
+                            ]
+                        )
+                    },
+                    optional={
+                        "arguments": st.fixed_dictionaries(
+                            {},
+                            optional={
+                                "key": st.sampled_from(KNOWN_KEYS) | json_values(),
+                                "value": any_text() | json_values(),
+                                "extra": json_values(),
+                            },
+                        ),
+                        "uri": st.sampled_from(["memory://block", "memory://x"]),
+                    },
+                )
+                | json_values(),
             },
         ),
     }.get(route, json_values())
@@ -896,8 +1153,10 @@ def is_jsonrpc_error(body: Any) -> bool:
     """A JSON-RPC error response: what the MCP transport answers a malformed message with."""
     error = body.get("error") if isinstance(body, dict) else None
     return (
-        set(body) == {"jsonrpc", "id", "error"} and body["jsonrpc"] == "2.0"
-        and isinstance(error, dict) and isinstance(error.get("code"), int)
+        set(body) == {"jsonrpc", "id", "error"}
+        and body["jsonrpc"] == "2.0"
+        and isinstance(error, dict)
+        and isinstance(error.get("code"), int)
         and isinstance(error.get("message"), str)
     )
 
@@ -912,8 +1171,11 @@ def error_shape_problem(path: str, status: int, content: bytes) -> str | None:
         return None
     error = body.get("error") if isinstance(body, dict) else None
     if path.startswith("/api/"):  # Ollama's shape: {"error": "message"}
-        return None if isinstance(body, dict) and list(body) == ["error"] and isinstance(
-            error, str) else "not {'error': str}"
+        return (
+            None
+            if isinstance(body, dict) and list(body) == ["error"] and isinstance(error, str)
+            else "not {'error': str}"
+        )
     if list(body) != ["error"] or not isinstance(error, dict):
         return "not {'error': {...}}"
     if not (isinstance(error.get("code"), str) and isinstance(error.get("message"), str)):
@@ -928,12 +1190,21 @@ def error_shape_problem(path: str, status: int, content: bytes) -> str | None:
 def test_fuzzed_requests_find_no_500_and_no_cross_user_read(
     make_client: Callable[..., TestClient], chat_sections: Any, upstream: Any, database: Database
 ) -> None:
-    client = make_client(**chat_sections(auth=KEYS_AUTH, memory={"agent": None, "tokenLimit": 400},
-                                         chat={"headers": USER_HEADER}))
+    client = make_client(
+        **chat_sections(
+            auth=KEYS_AUTH, memory={"agent": None, "tokenLimit": 400}, chat={"headers": USER_HEADER}
+        )
+    )
     cast = cast_of(client, upstream, database)
-    victim_before = {path: raw(client.get(path, headers=service(VICTIM)))
-                     for path in ("/memory", "/conversations", f"/conversations/{cast.conversations[VICTIM]}",
-                                  "/memory/proposals")}
+    victim_before = {
+        path: raw(client.get(path, headers=service(VICTIM)))
+        for path in (
+            "/memory",
+            "/conversations",
+            f"/conversations/{cast.conversations[VICTIM]}",
+            "/memory/proposals",
+        )
+    }
     problems: dict[str, list[str]] = {}  # kind of problem: examples
     erased: set[str | None] = set()  # users a DELETE /me erased
 
@@ -956,8 +1227,10 @@ def test_fuzzed_requests_find_no_500_and_no_cross_user_read(
         response = client.request(method, path, content=body, headers=headers)
         label = f"{method} {path[:80]} as {acting} body={body[:120] if body else body!r}"
         if response.status_code >= 500:
-            problem(f"{response.status_code} on {method} {route_of(path)}",
-                    f"{response.content[:160]!r}: {label}")
+            problem(
+                f"{response.status_code} on {method} {route_of(path)}",
+                f"{response.content[:160]!r}: {label}",
+            )
         elif response.status_code >= 400 and method != "HEAD":
             shape = error_shape_problem(path, response.status_code, response.content)
             if shape:
@@ -970,9 +1243,12 @@ def test_fuzzed_requests_find_no_500_and_no_cross_user_read(
             erased.add(acting)  # its user keys are gone: they answer 401 from now on
         for owner, conversation_id in cast.conversations.items():
             others = acting not in (None, owner, *erased) and method in ("GET", "DELETE")
-            if others and path == f"/conversations/{conversation_id}" and (
-                response.status_code, response.content
-            ) != (404, compact(not_found_conversation(conversation_id))):
+            if (
+                others
+                and path == f"/conversations/{conversation_id}"
+                and (response.status_code, response.content)
+                != (404, compact(not_found_conversation(conversation_id)))
+            ):
                 problem(f"{owner}'s conversation answered {response.status_code}", label)
 
     one_request()

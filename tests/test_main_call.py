@@ -29,8 +29,12 @@ class FakeMemory:
 class FakeClient:
     """Answers `complete` with `answer` (or raises it); streams `chunks`, then `fail` if set."""
 
-    def __init__(self, chunks: list[dict[str, Any]] | None = None,
-                 fail: KvmemError | None = None, answer: Any = None) -> None:
+    def __init__(
+        self,
+        chunks: list[dict[str, Any]] | None = None,
+        fail: KvmemError | None = None,
+        answer: Any = None,
+    ) -> None:
         self.chunks = chunks or []
         self.fail = fail
         self.answer = answer
@@ -117,7 +121,8 @@ def test_chunks_held_until_the_first_that_counts_are_replayed() -> None:
 
     async def main() -> tuple[int, list[str]]:
         stream = await call_of(client, memory).stream(
-            render, on_error, until=lambda c: bool(c["choices"][0]["delta"]["content"]))
+            render, on_error, until=lambda c: bool(c["choices"][0]["delta"]["content"])
+        )
         sent_before_reply = client.sent
         return sent_before_reply, await drain(stream)
 
@@ -130,7 +135,8 @@ def test_a_failure_before_the_first_chunk_raises_and_ends_the_call() -> None:
 
     async def main() -> None:
         await call_of(client, memory).stream(
-            render, on_error, until=lambda c: bool(c["choices"][0]["delta"]["content"]))
+            render, on_error, until=lambda c: bool(c["choices"][0]["delta"]["content"])
+        )
 
     with pytest.raises(UpstreamError):
         asyncio.run(main())

@@ -15,9 +15,24 @@ LIMIT = marker_limit(200)
 # Text that only looks like a marker; no concatenation of these spells `[MEMORY:` or
 # `[FORGET:` (no piece starts with a letter of an opener's tail or with `:`).
 LOOK_ALIKES = [
-    "[1, 2]", "[MEMO]", "[MEMORY]", "[FORGET]", "[text](https://example.com)", "[M",
-    "[FORG", "[MEMORY", "[MEMORY ", " MEMORY: x = y]", "]", " ", "\n", "hello", "wörld 🎉",
-    "= ", "[", "[]",
+    "[1, 2]",
+    "[MEMO]",
+    "[MEMORY]",
+    "[FORGET]",
+    "[text](https://example.com)",
+    "[M",
+    "[FORG",
+    "[MEMORY",
+    "[MEMORY ",
+    " MEMORY: x = y]",
+    "]",
+    " ",
+    "\n",
+    "hello",
+    "wörld 🎉",
+    "= ",
+    "[",
+    "[]",
 ]
 KEYS = st.sampled_from(["name", "city", "Bad Key", "a_1"])
 VALUES = st.text(
@@ -91,7 +106,12 @@ def test_a_reply_split_at_every_set_of_boundaries() -> None:
 def test_look_alikes_are_passed_on_as_soon_as_they_are_ruled_out() -> None:
     markers_ = MarkerFilter(LIMIT)
     assert [markers_.feed(c) for c in ["See [", "1, 2", "] and [M", "EMO", "] [MEMORY", "]"]] == [
-        "See", " [1, 2", "] and", "", " [MEMO]", " [MEMORY]",
+        "See",
+        " [1, 2",
+        "] and",
+        "",
+        " [MEMO]",
+        " [MEMORY]",
     ]
     assert markers_.feed("[text](u)") == "[text](u)"
     assert (markers_.finish(), markers_.markers) == ("", [])

@@ -30,15 +30,25 @@ from tests.support.processes import ServeProcess
 VALID_KEYS = ["city", "diary", "drink"]
 MEMORY = {"validKeys": VALID_KEYS, "tokenLimit": 20, "charLimit": 40}
 SERVICE_KEY = "svc-mcp-3f9a1c"
-TOOL_NAMES = ["memory_list", "memory_get", "memory_set", "memory_delete", "memory_history",
-              "memory_proposals", "memory_proposal_accept", "memory_proposal_reject"]
+TOOL_NAMES = [
+    "memory_list",
+    "memory_get",
+    "memory_set",
+    "memory_delete",
+    "memory_history",
+    "memory_proposals",
+    "memory_proposal_accept",
+    "memory_proposal_reject",
+]
 KEY_SCHEMA = {
     "type": "string",
     "description": "The memory key: lowercase letters, digits and _, starting with a letter. "
     "Must be one of: city, diary, drink.",
 }
-JSONRPC_HEADERS = {"Accept": "application/json, text/event-stream",
-                   "Content-Type": "application/json"}
+JSONRPC_HEADERS = {
+    "Accept": "application/json, text/event-stream",
+    "Content-Type": "application/json",
+}
 PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
 
 
@@ -79,10 +89,20 @@ async def check_the_tools(session: ClientSession, *, user_store: MemoryStore, us
     }
     assert memory_set.description.startswith("Remember something about the user: store `value`")
     assert [(t.annotations.read_only_hint, t.annotations.destructive_hint) for t in tools] == [
-        (True, None), (True, None), (False, True), (False, True), (True, None), (True, None),
-        (False, True), (False, True)]
-    assert tools[0].input_schema == {"type": "object", "properties": {},
-                                     "additionalProperties": False}
+        (True, None),
+        (True, None),
+        (False, True),
+        (False, True),
+        (True, None),
+        (True, None),
+        (False, True),
+        (False, True),
+    ]
+    assert tools[0].input_schema == {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    }
     assert all(tool.description for tool in tools)
 
     written = await session.call_tool("memory_set", {"key": "drink", "value": " Tea "})
@@ -99,23 +119,42 @@ async def check_the_tools(session: ClientSession, *, user_store: MemoryStore, us
 
     # Refused writes: an error result with the text the memory agent gets, and nothing written.
     refusals = [
-        ({"key": "mood", "value": "happy"}, 'Invalid key "mood". Must be one of: city, diary, drink'),
-        ({"key": "city", "value": "hello " * 30}, 'Value for key "city" is too long (179 characters; '
-                                                  "the limit is 40). Shorten it."),
-        ({"key": "city", "value": "   "}, 'Empty value for key "city". Cannot save an empty memory.'),
-        ({"key": "city", "value": "a b c d e f g h i j k l m n o p q r s t"},  # 20 tokens
-         "Memory storage would exceed limit. Cannot save this memory."),
+        (
+            {"key": "mood", "value": "happy"},
+            'Invalid key "mood". Must be one of: city, diary, drink',
+        ),
+        (
+            {"key": "city", "value": "hello " * 30},
+            'Value for key "city" is too long (179 characters; the limit is 40). Shorten it.',
+        ),
+        (
+            {"key": "city", "value": "   "},
+            'Empty value for key "city". Cannot save an empty memory.',
+        ),
+        (
+            {"key": "city", "value": "a b c d e f g h i j k l m n o p q r s t"},  # 20 tokens
+            "Memory storage would exceed limit. Cannot save this memory.",
+        ),
     ]
     for arguments, message in refusals:
         refused = await session.call_tool("memory_set", arguments)
-        assert (refused.is_error, text(refused), refused.structured_content) == (True, message, None)
+        assert (refused.is_error, text(refused), refused.structured_content) == (
+            True,
+            message,
+            None,
+        )
 
     # Bad calls: never a crash, always a clear answer.
     for arguments, message in [
         ({}, "Error: invalid arguments for memory_get: key: Field required."),
-        ({"key": "drink", "user": "someone"},
-         "Error: invalid arguments for memory_get: user: Extra inputs are not permitted."),
-        ({"key": 5}, "Error: invalid arguments for memory_get: key: Input should be a valid string."),
+        (
+            {"key": "drink", "user": "someone"},
+            "Error: invalid arguments for memory_get: user: Extra inputs are not permitted.",
+        ),
+        (
+            {"key": 5},
+            "Error: invalid arguments for memory_get: key: Input should be a valid string.",
+        ),
         ({"key": "city"}, 'No memory with key "city".'),
         ({"key": "Not A Key"}, 'Invalid key "Not A Key". Must be one of: city, diary, drink'),
     ]:
@@ -157,7 +196,9 @@ async def check_the_tools(session: ClientSession, *, user_store: MemoryStore, us
 @pytest.fixture
 def config_file(tmp_path: Path, database_url: str, database: Database) -> Path:
     path = tmp_path / "memory.yaml"
-    path.write_text(json.dumps({"database": {"url": database_url}, "memory": MEMORY}), encoding="utf-8")
+    path.write_text(
+        json.dumps({"database": {"url": database_url}, "memory": MEMORY}), encoding="utf-8"
+    )
     return path
 
 
@@ -203,36 +244,71 @@ def test_the_proposal_tools_over_stdio(config_file: Path, make_store: Callable[.
             tools = {tool.name: tool for tool in (await session.list_tools()).tools}
             assert tools["memory_proposal_accept"].input_schema == {
                 "type": "object",
-                "properties": {"id": {"type": "integer", "minimum": 1,
-                                      "description": "The proposal's id, from memory_proposals."}},
+                "properties": {
+                    "id": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "The proposal's id, from memory_proposals.",
+                    }
+                },
                 "required": ["id"],
                 "additionalProperties": False,
             }
             listed = await session.call_tool("memory_proposals", {})
             pending = [
-                {"id": 2, "key": "diary", "op": "set", "value": "one two three four five",
-                 "conversation_id": "conv-2", "created_at": ISO_TIME},
-                {"id": 1, "key": "drink", "op": "set", "value": "Tea",
-                 "conversation_id": "conv-1", "created_at": ISO_TIME},
+                {
+                    "id": 2,
+                    "key": "diary",
+                    "op": "set",
+                    "value": "one two three four five",
+                    "conversation_id": "conv-2",
+                    "created_at": ISO_TIME,
+                },
+                {
+                    "id": 1,
+                    "key": "drink",
+                    "op": "set",
+                    "value": "Tea",
+                    "conversation_id": "conv-1",
+                    "created_at": ISO_TIME,
+                },
             ]
             assert (listed.is_error, listed.structured_content) == (False, {"proposals": pending})
             kept = await session.call_tool("memory_proposal_accept", {"id": 1})
-            assert (kept.is_error, text(kept), kept.structured_content) == (False, "Proposal 1 kept", {
-                "memory": entry("drink", "Tea", 1, "agent"), "total_tokens": 18, "token_limit": 20})
+            assert (kept.is_error, text(kept), kept.structured_content) == (
+                False,
+                "Proposal 1 kept",
+                {
+                    "memory": entry("drink", "Tea", 1, "agent"),
+                    "total_tokens": 18,
+                    "token_limit": 20,
+                },
+            )
             full = await session.call_tool("memory_proposal_accept", {"id": 2})
-            assert (full.is_error, text(full)) == (True, (
-                "Error: storing 5 tokens would take memory to 23 tokens, over the limit of 20; "
-                "the proposal stays pending."))
-            for tool, arguments in [("memory_proposal_accept", {"id": 3}),
-                                    ("memory_proposal_reject", {"id": 1})]:
+            assert (full.is_error, text(full)) == (
+                True,
+                (
+                    "Error: storing 5 tokens would take memory to 23 tokens, over the limit of 20; "
+                    "the proposal stays pending."
+                ),
+            )
+            for tool, arguments in [
+                ("memory_proposal_accept", {"id": 3}),
+                ("memory_proposal_reject", {"id": 1}),
+            ]:
                 missing = await session.call_tool(tool, arguments)
                 assert (missing.is_error, text(missing)) == (
-                    True, f"No pending proposal with id {arguments['id']}.")
+                    True,
+                    f"No pending proposal with id {arguments['id']}.",
+                )
             dismissed = await session.call_tool("memory_proposal_reject", {"id": 2})
             assert (dismissed.is_error, text(dismissed)) == (False, "Proposal 2 dismissed")
             bad = await session.call_tool("memory_proposal_reject", {"id": "2"})
-            assert (bad.is_error, text(bad)) == (True, "Error: invalid arguments for "
-                                                 "memory_proposal_reject: id: Input should be a valid integer.")
+            assert (bad.is_error, text(bad)) == (
+                True,
+                "Error: invalid arguments for "
+                "memory_proposal_reject: id: Input should be a valid integer.",
+            )
 
     run(work)
     assert proposals.pending("alice") == ()
@@ -240,7 +316,9 @@ def test_the_proposal_tools_over_stdio(config_file: Path, make_store: Callable[.
     assert store.get("alice", "drink").source == "agent"
 
 
-def test_kvmem_mcp_acts_for_local_by_default(config_file: Path, make_store: Callable[..., MemoryStore]):
+def test_kvmem_mcp_acts_for_local_by_default(
+    config_file: Path, make_store: Callable[..., MemoryStore]
+):
     store = make_store(**MEMORY)
     store.set("alice", "city", "Rome")
 
@@ -259,7 +337,9 @@ def test_kvmem_mcp_acts_for_local_by_default(config_file: Path, make_store: Call
 def test_kvmem_mcp_refuses_a_bad_user(config_file: Path):
     from tests.support.processes import run as run_cli
 
-    result = run_cli(["mcp", "--config", str(config_file), "--user", "no spaces"], cwd=config_file.parent)
+    result = run_cli(
+        ["mcp", "--config", str(config_file), "--user", "no spaces"], cwd=config_file.parent
+    )
     assert (result.code, result.stdout) == (2, "")
     assert result.stderr == (
         "kvmem: invalid user id 'no spaces': use 1-128 characters of A-Z, a-z, 0-9, . _ @ -\n"
@@ -270,15 +350,20 @@ def test_kvmem_mcp_refuses_a_bad_user(config_file: Path):
 
 
 @pytest.fixture
-def served(tmp_path: Path, database_url: str, database: Database) -> Iterator[tuple[ServeProcess, dict[str, str]]]:
+def served(
+    tmp_path: Path, database_url: str, database: Database
+) -> Iterator[tuple[ServeProcess, dict[str, str]]]:
     """A real `kvmem serve` in keys mode, and user keys for alice and bob."""
     keys = KeyStore(database)
     secrets = {user: keys.create(user)[1] for user in ("alice", "bob")}
-    server = ServeProcess(tmp_path, {
-        "database": {"url": database_url},
-        "auth": {"mode": "keys", "service_keys": [SERVICE_KEY]},
-        "memory": MEMORY,
-    }).start()
+    server = ServeProcess(
+        tmp_path,
+        {
+            "database": {"url": database_url},
+            "auth": {"mode": "keys", "service_keys": [SERVICE_KEY]},
+            "memory": MEMORY,
+        },
+    ).start()
     yield server, secrets
     server.stop()
 
@@ -312,7 +397,11 @@ def test_mcp_over_streamable_http_acts_only_for_the_keys_user(
             await check_the_tools(bob, user_store=store, user="bob")
             for tool, arguments, message in [
                 ("memory_get", {"key": "diary"}, 'No memory with key "diary".'),
-                ("memory_delete", {"key": "diary"}, 'No memory with key "diary". Nothing to delete.'),
+                (
+                    "memory_delete",
+                    {"key": "diary"},
+                    'No memory with key "diary". Nothing to delete.',
+                ),
             ]:
                 refused = await bob.call_tool(tool, arguments)
                 assert (refused.is_error, text(refused)) == (True, message)
@@ -342,31 +431,82 @@ def test_mcp_http_refusals(served: tuple[ServeProcess, dict[str, str]]):
 
     assert post(alice) == (200, {"jsonrpc": "2.0", "id": 1, "result": {}})
     assert post({**alice, "Origin": server.url}) == (200, {"jsonrpc": "2.0", "id": 1, "result": {}})
-    for origin in ("http://evil.example", "null", f"http://localhost:{server.port}",
-                   "http://127.0.0.1:1", f"http://127.0.0.1:{server.port}.evil.example"):
-        assert post({**alice, "Origin": origin}) == (403, {"error": {
-            "code": "origin_not_allowed",
-            "message": f"requests from other sites are refused (Origin: {origin}); "
-                       "list the site in server.allowed_origins if it should write here"}})
-    assert post(JSONRPC_HEADERS) == (401, {"error": {
-        "code": "unauthorized", "message": "missing credentials: send Authorization: Bearer <key>"}})
-    assert post({**JSONRPC_HEADERS, **bearer("kvm_wrong")}) == (401, {"error": {
-        "code": "unauthorized", "message": "the API key is not valid (unknown or revoked)"}})
-    assert post({**bearer(secrets["bob"], **{"X-User-Id": "alice"}), **JSONRPC_HEADERS}) == (403, {
-        "error": {"code": "forbidden",
-                  "message": "a user key acts only for its own user; drop X-User-Id or use a service key"}})
-    assert post({**bearer(SERVICE_KEY), **JSONRPC_HEADERS}) == (400, {"error": {
-        "code": "bad_request",
-        "message": "a service key must name the user: send the X-User-Id header"}})
+    for origin in (
+        "http://evil.example",
+        "null",
+        f"http://localhost:{server.port}",
+        "http://127.0.0.1:1",
+        f"http://127.0.0.1:{server.port}.evil.example",
+    ):
+        assert post({**alice, "Origin": origin}) == (
+            403,
+            {
+                "error": {
+                    "code": "origin_not_allowed",
+                    "message": f"requests from other sites are refused (Origin: {origin}); "
+                    "list the site in server.allowed_origins if it should write here",
+                }
+            },
+        )
+    assert post(JSONRPC_HEADERS) == (
+        401,
+        {
+            "error": {
+                "code": "unauthorized",
+                "message": "missing credentials: send Authorization: Bearer <key>",
+            }
+        },
+    )
+    assert post({**JSONRPC_HEADERS, **bearer("kvm_wrong")}) == (
+        401,
+        {
+            "error": {
+                "code": "unauthorized",
+                "message": "the API key is not valid (unknown or revoked)",
+            }
+        },
+    )
+    assert post({**bearer(secrets["bob"], **{"X-User-Id": "alice"}), **JSONRPC_HEADERS}) == (
+        403,
+        {
+            "error": {
+                "code": "forbidden",
+                "message": "a user key acts only for its own user; drop X-User-Id or use a service key",
+            }
+        },
+    )
+    assert post({**bearer(SERVICE_KEY), **JSONRPC_HEADERS}) == (
+        400,
+        {
+            "error": {
+                "code": "bad_request",
+                "message": "a service key must name the user: send the X-User-Id header",
+            }
+        },
+    )
 
     get = httpx.get(url, headers={**alice, "Accept": "text/event-stream"}, timeout=10)
-    assert (get.status_code, get.json()) == (405, {"error": {
-        "code": "method_not_allowed", "message": "GET is not allowed on /mcp: send JSON-RPC by POST"}})
-    plain = httpx.post(url, content=json.dumps(PING), timeout=10,
-                       headers={**alice, "Content-Type": "text/plain"})
-    assert (plain.status_code, plain.json()) == (400, {"error": {
-        "code": "bad_request",
-        "message": "POST /mcp takes a JSON-RPC message: send Content-Type: application/json"}})
+    assert (get.status_code, get.json()) == (
+        405,
+        {
+            "error": {
+                "code": "method_not_allowed",
+                "message": "GET is not allowed on /mcp: send JSON-RPC by POST",
+            }
+        },
+    )
+    plain = httpx.post(
+        url, content=json.dumps(PING), timeout=10, headers={**alice, "Content-Type": "text/plain"}
+    )
+    assert (plain.status_code, plain.json()) == (
+        400,
+        {
+            "error": {
+                "code": "bad_request",
+                "message": "POST /mcp takes a JSON-RPC message: send Content-Type: application/json",
+            }
+        },
+    )
 
 
 # --- in process: what the transports share ---------------------------------------------------
@@ -392,8 +532,9 @@ def test_the_sdk_loads_with_the_first_mcp_request(database: Database, database_u
         "        print(answer.status_code, json.dumps(answer.json()))\n"
         "    print('mcp.server' in sdk())\n"
     ) % (database_url, PING, JSONRPC_HEADERS)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            check=False, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120
+    )
     pong = '200 {"jsonrpc": "2.0", "id": 1, "result": {}}'
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.splitlines() == ["True", pong, pong, "True"]
@@ -401,18 +542,41 @@ def test_the_sdk_loads_with_the_first_mcp_request(database: Database, database_u
 
 def test_with_memory_disabled_every_tool_says_so(make_client):
     client = make_client(memory={"disabled": True})
-    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "memory_list", "arguments": {}}}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "memory_list", "arguments": {}},
+    }
     response = client.post("/mcp", json=call, headers=JSONRPC_HEADERS)
-    assert (response.status_code, response.json()) == (200, {"jsonrpc": "2.0", "id": 1, "result": {
-        "content": [{"type": "text",
-                     "text": "Error: memory is disabled on this server (memory.disabled is true)."}],
-        "isError": True}})
+    assert (response.status_code, response.json()) == (
+        200,
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "result": {
+                "content": [
+                    {
+                        "type": "text",
+                        "text": "Error: memory is disabled on this server (memory.disabled is true).",
+                    }
+                ],
+                "isError": True,
+            },
+        },
+    )
 
 
 def test_an_oversized_body_is_refused_before_the_transport(make_client):
     client = make_client(server={"max_body_bytes": 64})
     body = json.dumps({**PING, "pad": "x" * 64})
     response = client.post("/mcp", content=body, headers=JSONRPC_HEADERS)
-    assert (response.status_code, response.json()) == (413, {"error": {
-        "code": "body_too_large", "message": f"the request body is {len(body)} bytes; the limit is 64"}})
+    assert (response.status_code, response.json()) == (
+        413,
+        {
+            "error": {
+                "code": "body_too_large",
+                "message": f"the request body is {len(body)} bytes; the limit is 64",
+            }
+        },
+    )

@@ -50,8 +50,14 @@ def series(text: str, sample: str) -> dict[tuple[str, ...], float]:
 def test_every_metric_counts_real_requests(
     make_client: MakeClient, chat_sections: Callable[..., dict[str, Any]], upstream: Any
 ) -> None:
-    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("city", "Berlin")],
-                                       usage={"prompt_tokens": 120, "completion_tokens": 30}))
+    upstream.script(
+        AGENT_MODEL,
+        Reply(
+            content=None,
+            tool_calls=[set_memory("city", "Berlin")],
+            usage={"prompt_tokens": 120, "completion_tokens": 30},
+        ),
+    )
     client = make_client(**chat_sections())
     assert client.put("/memory/food", json={"value": "pizza"}).status_code == 201
     assert client.get("/memory/food").status_code == 200
@@ -71,17 +77,22 @@ def test_every_metric_counts_real_requests(
         ("/v1/chat/completions", "POST", "200"): 1,
     }
     assert series(text, "kvmem_http_request_duration_seconds_count") == {
-        ("/memory/{key}",): 4, ("unmatched",): 1, ("/v1/chat/completions",): 1,
+        ("/memory/{key}",): 4,
+        ("unmatched",): 1,
+        ("/v1/chat/completions",): 1,
     }
     buckets = series(text, "kvmem_http_request_duration_seconds_bucket")
     assert sorted(float(le) for route, le in buckets if route == "unmatched") == [
-        *BUCKETS, float("inf")
+        *BUCKETS,
+        float("inf"),
     ]
     assert series(text, "kvmem_upstream_duration_seconds_count") == {("main",): 1, ("agent",): 1}
     assert series(text, "kvmem_agent_runs_total") == {("done",): 1}
     assert series(text, "kvmem_agent_tokens_total") == {("input",): 120, ("output",): 30}
     assert series(text, "kvmem_memory_writes_total") == {
-        ("manual", "set"): 1, ("manual", "delete"): 1, ("agent", "set"): 1,
+        ("manual", "set"): 1,
+        ("manual", "delete"): 1,
+        ("agent", "set"): 1,
     }
     assert series(text, "kvmem_errors_total") == {("not_found",): 2}
     assert series(text, "kvmem_agent_runs_in_flight") == {(): 0}
@@ -145,8 +156,13 @@ def test_a_stream_is_timed_until_it_ends(
             body = "".join(reply.iter_text())
         assert body.endswith("data: [DONE]\n\n")
         # The request is noted once the response has ended, just after its last byte left.
-        wait_until(lambda: ("/v1/chat/completions",) in series(
-            scrape(http), "kvmem_http_request_duration_seconds_sum"), what="the stream noted")
+        wait_until(
+            lambda: (
+                ("/v1/chat/completions",)
+                in series(scrape(http), "kvmem_http_request_duration_seconds_sum")
+            ),
+            what="the stream noted",
+        )
         text = scrape(http)
     seconds = series(text, "kvmem_http_request_duration_seconds_sum")[("/v1/chat/completions",)]
     assert seconds >= 0.75
@@ -161,17 +177,28 @@ def test_keys_mode_needs_a_service_key(make_client: MakeClient) -> None:
     assert client.get("/metrics").status_code == 401
     wrong = client.get("/metrics", headers={"Authorization": "Bearer nope"})
     assert (wrong.status_code, wrong.json()) == (
-        401, {"error": {"code": "unauthorized",
-                        "message": "the API key is not valid (unknown or revoked)"}},
+        401,
+        {
+            "error": {
+                "code": "unauthorized",
+                "message": "the API key is not valid (unknown or revoked)",
+            }
+        },
     )
     user = client.get("/metrics", headers={"Authorization": f"Bearer {user_key}"})
     assert (user.status_code, user.json()) == (
-        403, {"error": {"code": "forbidden",
-                        "message": "/metrics needs a service key; a user's key cannot read it"}},
+        403,
+        {
+            "error": {
+                "code": "forbidden",
+                "message": "/metrics needs a service key; a user's key cannot read it",
+            }
+        },
     )
     text = scrape(client, Authorization=f"Bearer {SERVICE_KEY}")
     assert series(text, "kvmem_http_requests_total") == {
-        ("/metrics", "GET", "401"): 2, ("/metrics", "GET", "403"): 1,
+        ("/metrics", "GET", "401"): 2,
+        ("/metrics", "GET", "403"): 1,
     }
 
 
@@ -259,8 +286,12 @@ def mcp_call(client: Any, tool: str, arguments: dict[str, Any]) -> Any:
     """One MCP tools/call over /mcp (stateless JSON mode, as an MCP client sends it)."""
     response = client.post(
         "/mcp",
-        json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-              "params": {"name": tool, "arguments": arguments}},
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments},
+        },
         headers={"Accept": "application/json, text/event-stream"},
     )
     assert response.status_code == 200, response.text

@@ -78,7 +78,10 @@ def test_upgrade_to_head_creates_the_memory_tables(engine: Engine) -> None:
         ("memory_version", "INTEGER", False, "'0'"),
         ("review", "BOOLEAN", False, "'0'"),
     ]
-    assert inspector.get_pk_constraint("users") == {"constrained_columns": ["id"], "name": "pk_users"}
+    assert inspector.get_pk_constraint("users") == {
+        "constrained_columns": ["id"],
+        "name": "pk_users",
+    }
 
     assert columns(engine, "memory_entries") == [
         ("id", "INTEGER", False, None),
@@ -128,9 +131,16 @@ def test_upgrade_to_head_creates_the_memory_tables(engine: Engine) -> None:
         {"name": "uq_api_keys_key_hash", "column_names": ["key_hash"]}
     ]
     assert inspector.get_indexes("api_keys") == [
-        {"name": "ix_api_keys_user_id", "column_names": ["user_id"], "unique": 0, "dialect_options": {}}
+        {
+            "name": "ix_api_keys_user_id",
+            "column_names": ["user_id"],
+            "unique": 0,
+            "dialect_options": {},
+        }
     ]
-    assert [fk["name"] for fk in inspector.get_foreign_keys("api_keys")] == ["fk_api_keys_user_id_users"]
+    assert [fk["name"] for fk in inspector.get_foreign_keys("api_keys")] == [
+        "fk_api_keys_user_id_users"
+    ]
 
 
 def test_unique_key_per_user_is_enforced_by_the_database(engine: Engine) -> None:
@@ -140,7 +150,9 @@ def test_unique_key_per_user_is_enforced_by_the_database(engine: Engine) -> None
         "VALUES ('alice', 'k', 'v', 1, 'manual', '2026-01-01', '2026-01-01')"
     )
     with engine.begin() as connection:
-        connection.exec_driver_sql("INSERT INTO users (id, created_at) VALUES ('alice', '2026-01-01')")
+        connection.exec_driver_sql(
+            "INSERT INTO users (id, created_at) VALUES ('alice', '2026-01-01')"
+        )
         connection.exec_driver_sql(insert)
         assert connection.exec_driver_sql("SELECT memories_enabled FROM users").scalar() == 1
     with pytest.raises(IntegrityError), engine.begin() as connection:
@@ -210,16 +222,16 @@ def test_upgrading_a_0003_database_with_data_keeps_it_and_records_history(
     upgrade(any_engine, "0003")
     rows = {
         "users": "INSERT INTO users (id, memories_enabled, created_at, memory_version) "
-                 "VALUES ('alice', false, '2026-01-01 00:00:00', 7)",
+        "VALUES ('alice', false, '2026-01-01 00:00:00', 7)",
         "memory_entries": "INSERT INTO memory_entries (user_id, key, value, token_count, source, "
-                          "created_at, updated_at) VALUES ('alice', 'likes', 'tea', 1, 'manual', "
-                          "'2026-01-01 00:00:00', '2026-01-02 00:00:00')",
+        "created_at, updated_at) VALUES ('alice', 'likes', 'tea', 1, 'manual', "
+        "'2026-01-01 00:00:00', '2026-01-02 00:00:00')",
         "api_keys": "INSERT INTO api_keys (id, user_id, prefix, key_hash, created_at) VALUES "
-                    "('key_1', 'alice', 'kvm_abc', 'h1', '2026-01-01 00:00:00')",
+        "('key_1', 'alice', 'kvm_abc', 'h1', '2026-01-01 00:00:00')",
         "conversations": "INSERT INTO conversations (id, user_id, title, created_at, updated_at) "
-                         "VALUES ('c1', 'alice', 'hi', '2026-01-01 00:00:00', '2026-01-01 00:00:00')",
+        "VALUES ('c1', 'alice', 'hi', '2026-01-01 00:00:00', '2026-01-01 00:00:00')",
         "messages": "INSERT INTO messages (conversation_id, role, content, created_at) VALUES "
-                    "('c1', 'user', 'hello', '2026-01-01 00:00:00')",
+        "('c1', 'user', 'hello', '2026-01-01 00:00:00')",
     }
     with any_engine.begin() as connection:
         for statement in rows.values():
@@ -227,10 +239,14 @@ def test_upgrading_a_0003_database_with_data_keeps_it_and_records_history(
 
     upgrade(any_engine)
     assert current_revision(any_engine) == HEAD
-    assert {"memory_changes", "sessions", "agent_runs"} <= set(inspect(any_engine).get_table_names())
+    assert {"memory_changes", "sessions", "agent_runs"} <= set(
+        inspect(any_engine).get_table_names()
+    )
     with any_engine.connect() as connection:
-        counts = {table: connection.exec_driver_sql(f"SELECT COUNT(*) FROM {table}").scalar()
-                  for table in [*rows, "memory_changes"]}
+        counts = {
+            table: connection.exec_driver_sql(f"SELECT COUNT(*) FROM {table}").scalar()
+            for table in [*rows, "memory_changes"]
+        }
     assert counts == {**dict.fromkeys(rows, 1), "memory_changes": 0}
 
     store = MemoryStore(Database(any_engine), MemoryRules(), tokens)
@@ -241,11 +257,23 @@ def test_upgrading_a_0003_database_with_data_keeps_it_and_records_history(
     assert store.key_history("alice", "likes") == ()
     store.set("alice", "likes", "coffee")
     [only] = store.key_history("alice", "likes")
-    assert (only.op, only.old_value, only.new_value, only.source) == ("set", "tea", "coffee", "manual")
+    assert (only.op, only.old_value, only.new_value, only.source) == (
+        "set",
+        "tea",
+        "coffee",
+        "manual",
+    )
     store.revert("alice", "likes", only.id)  # already "coffee": nothing to do
     assert store.erase_user("alice").as_json() == {
-        "deleted": {"memories": 1, "changes": 1, "conversations": 1, "messages": 1,
-                    "keys": 1, "sessions": 0, "agent_runs": 0}
+        "deleted": {
+            "memories": 1,
+            "changes": 1,
+            "conversations": 1,
+            "messages": 1,
+            "keys": 1,
+            "sessions": 0,
+            "agent_runs": 0,
+        }
     }
 
 
@@ -261,27 +289,43 @@ def test_upgrade_creates_the_proposals_table(engine: Engine) -> None:
         ("conversation_id", "VARCHAR(200)", True, None),
         ("created_at", "DATETIME", False, None),
     ]
-    assert inspector.get_indexes("memory_proposals") == [{
-        "name": "ix_memory_proposals_user_id", "column_names": ["user_id", "id"], "unique": 0,
-        "dialect_options": {},
-    }]
-    assert [(fk["name"], fk["options"]) for fk in inspector.get_foreign_keys("memory_proposals")] == [
-        ("fk_memory_proposals_user_id_users", {"ondelete": "CASCADE"})]
+    assert inspector.get_indexes("memory_proposals") == [
+        {
+            "name": "ix_memory_proposals_user_id",
+            "column_names": ["user_id", "id"],
+            "unique": 0,
+            "dialect_options": {},
+        }
+    ]
+    assert [
+        (fk["name"], fk["options"]) for fk in inspector.get_foreign_keys("memory_proposals")
+    ] == [("fk_memory_proposals_user_id_users", {"ondelete": "CASCADE"})]
     with engine.connect() as connection:  # ids are never reused
-        assert "AUTOINCREMENT" in connection.exec_driver_sql(
-            "SELECT sql FROM sqlite_master WHERE name = 'memory_proposals'").scalar()
+        assert (
+            "AUTOINCREMENT"
+            in connection.exec_driver_sql(
+                "SELECT sql FROM sqlite_master WHERE name = 'memory_proposals'"
+            ).scalar()
+        )
 
 
 def test_the_proposals_migration_downgrades_keeping_every_row(engine: Engine) -> None:
     upgrade(engine)
     with engine.begin() as connection:
-        connection.exec_driver_sql("INSERT INTO users (id, created_at) VALUES ('alice', '2026-01-01')")
+        connection.exec_driver_sql(
+            "INSERT INTO users (id, created_at) VALUES ('alice', '2026-01-01')"
+        )
         connection.exec_driver_sql(
             "INSERT INTO memory_entries (user_id, key, value, token_count, source, created_at, "
-            "updated_at) VALUES ('alice', 'k', 'v', 1, 'manual', '2026-01-01', '2026-01-01')")
+            "updated_at) VALUES ('alice', 'k', 'v', 1, 'manual', '2026-01-01', '2026-01-01')"
+        )
     downgrade(engine, "0007")
     assert "memory_proposals" not in inspect(engine).get_table_names()
     assert [c[0] for c in columns(engine, "users")] == [
-        "id", "memories_enabled", "created_at", "memory_version"]
+        "id",
+        "memories_enabled",
+        "created_at",
+        "memory_version",
+    ]
     with engine.connect() as connection:
         assert connection.exec_driver_sql("SELECT COUNT(*) FROM memory_entries").scalar() == 1

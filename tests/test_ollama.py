@@ -43,10 +43,12 @@ WEATHER_TOOL = {
     },
 }
 # A 1x1 PNG.
-PNG = base64.b64encode(bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
-)).decode()
+PNG = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+    )
+).decode()
 
 
 class Positive:
@@ -65,10 +67,23 @@ POSITIVE: Any = Positive()
 def sections(upstream: ScriptedUpstream, folder: Path, **extra: Any) -> dict[str, Any]:
     return {
         "database": {"url": f"sqlite:///{folder / 'kvmem.db'}"},
-        "chat": {"model": MODEL_ID, "models": [OTHER_ID], "api_base": upstream.url,
-                 "api_key": "main-key", "timeout": 10, "client": CHAT_CLIENT},
-        "memory": {"agent": {"provider": "openai", "model": AGENT_MODEL, "api_base": upstream.url,
-                             "api_key": "agent-key", "grace_seconds": 3}},
+        "chat": {
+            "model": MODEL_ID,
+            "models": [OTHER_ID],
+            "api_base": upstream.url,
+            "api_key": "main-key",
+            "timeout": 10,
+            "client": CHAT_CLIENT,
+        },
+        "memory": {
+            "agent": {
+                "provider": "openai",
+                "model": AGENT_MODEL,
+                "api_base": upstream.url,
+                "api_key": "agent-key",
+                "grace_seconds": 3,
+            }
+        },
         **extra,
     }
 
@@ -82,7 +97,9 @@ def upstream() -> Iterator[ScriptedUpstream]:
 
 
 @pytest.fixture(scope="module")
-def served(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+def served(
+    upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServeProcess]:
     """`kvmem serve` in local mode, started once for the module."""
     folder = tmp_path_factory.mktemp("ollama")
     process = ServeProcess(folder, sections(upstream, folder)).start()
@@ -140,18 +157,26 @@ def test_list_names_the_served_models(client: ollama.Client, server: ServeProces
     listed = client.list()
     assert [m.model for m in listed.models] == [MODEL_ID, OTHER_ID]
     body = httpx.get(f"{server.url}/api/tags").json()
-    assert body == {"models": [
-        {
-            "name": model,
-            "model": model,
-            "modified_at": ISO_TIME,
-            "size": 0,
-            "digest": hashlib.sha256(model.encode()).hexdigest(),
-            "details": {"parent_model": "", "format": "", "family": family,
-                        "families": [family], "parameter_size": "", "quantization_level": ""},
-        }
-        for model, family in ((MODEL_ID, "openai"), (OTHER_ID, "ollama"))
-    ]}
+    assert body == {
+        "models": [
+            {
+                "name": model,
+                "model": model,
+                "modified_at": ISO_TIME,
+                "size": 0,
+                "digest": hashlib.sha256(model.encode()).hexdigest(),
+                "details": {
+                    "parent_model": "",
+                    "format": "",
+                    "family": family,
+                    "families": [family],
+                    "parameter_size": "",
+                    "quantization_level": "",
+                },
+            }
+            for model, family in ((MODEL_ID, "openai"), (OTHER_ID, "ollama"))
+        ]
+    }
 
 
 def test_show_answers_details_and_capabilities(client: ollama.Client, server: ServeProcess) -> None:
@@ -159,15 +184,27 @@ def test_show_answers_details_and_capabilities(client: ollama.Client, server: Se
     assert (shown.capabilities, shown.details.family) == (["completion", "tools"], "openai")
     body = httpx.post(f"{server.url}/api/show", json={"model": f"{OTHER_ID}:latest"}).json()
     assert body == {
-        "modelfile": "", "parameters": "", "template": "",
-        "details": {"parent_model": "", "format": "", "family": "ollama", "families": ["ollama"],
-                    "parameter_size": "", "quantization_level": ""},
-        "model_info": {}, "capabilities": ["completion", "tools"], "modified_at": ISO_TIME,
+        "modelfile": "",
+        "parameters": "",
+        "template": "",
+        "details": {
+            "parent_model": "",
+            "format": "",
+            "family": "ollama",
+            "families": ["ollama"],
+            "parameter_size": "",
+            "quantization_level": "",
+        },
+        "model_info": {},
+        "capabilities": ["completion", "tools"],
+        "modified_at": ISO_TIME,
     }
     with pytest.raises(ollama.ResponseError) as caught:
         client.show("nope")
     assert (caught.value.status_code, caught.value.error) == (
-        404, f"model 'nope' not found; available: {MODEL_ID}, {OTHER_ID}")
+        404,
+        f"model 'nope' not found; available: {MODEL_ID}, {OTHER_ID}",
+    )
 
 
 def test_version_and_running_models(server: ServeProcess) -> None:
@@ -203,8 +240,13 @@ def test_chat_streams_ndjson_lines_ending_with_counts(
     assert [p.message.content for p in parts] == ["Hel", "lo ", "you", ""]
     assert [p.done for p in parts] == [False, False, False, True]
     assert parts[-1].model_dump(exclude_none=True) == {
-        "model": MODEL_ID, "created_at": ISO_TIME, "done": True, "done_reason": "stop",
-        "total_duration": POSITIVE, "prompt_eval_count": 10, "eval_count": 5,
+        "model": MODEL_ID,
+        "created_at": ISO_TIME,
+        "done": True,
+        "done_reason": "stop",
+        "total_duration": POSITIVE,
+        "prompt_eval_count": 10,
+        "eval_count": 5,
         "message": {"role": "assistant", "content": ""},
     }
     (main,) = upstream.received(MAIN_MODEL)
@@ -214,13 +256,28 @@ def test_chat_streams_ndjson_lines_ending_with_counts(
     upstream.script(MAIN_MODEL, Reply(chunks=["a", "b"], finish_reason="length"))
     lines = raw_lines(server.url, "/api/chat", {"model": MODEL_ID, "messages": hello()})
     assert lines == [
-        {"model": MODEL_ID, "created_at": ISO_TIME, "message": {"role": "assistant", "content": "a"},
-         "done": False},
-        {"model": MODEL_ID, "created_at": ISO_TIME, "message": {"role": "assistant", "content": "b"},
-         "done": False},
-        {"model": MODEL_ID, "created_at": ISO_TIME, "message": {"role": "assistant", "content": ""},
-         "done": True, "done_reason": "length", "total_duration": POSITIVE,
-         "prompt_eval_count": 10, "eval_count": 5},
+        {
+            "model": MODEL_ID,
+            "created_at": ISO_TIME,
+            "message": {"role": "assistant", "content": "a"},
+            "done": False,
+        },
+        {
+            "model": MODEL_ID,
+            "created_at": ISO_TIME,
+            "message": {"role": "assistant", "content": "b"},
+            "done": False,
+        },
+        {
+            "model": MODEL_ID,
+            "created_at": ISO_TIME,
+            "message": {"role": "assistant", "content": ""},
+            "done": True,
+            "done_reason": "length",
+            "total_duration": POSITIVE,
+            "prompt_eval_count": 10,
+            "eval_count": 5,
+        },
     ]
 
 
@@ -228,7 +285,9 @@ def test_counts_are_left_out_when_the_upstream_reports_none(
     client: ollama.Client, upstream: ScriptedUpstream
 ) -> None:
     nothing = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-    upstream.script(MAIN_MODEL, Reply(content="Hi", usage=nothing), Reply(content="Hi", usage=nothing))
+    upstream.script(
+        MAIN_MODEL, Reply(content="Hi", usage=nothing), Reply(content="Hi", usage=nothing)
+    )
     whole = client.chat(model=MODEL_ID, messages=hello())
     last = list(client.chat(model=MODEL_ID, messages=hello(), stream=True))[-1]
     for reply in (whole, last):
@@ -241,25 +300,45 @@ def test_options_format_and_images_are_translated(
     schema = {"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}
     client.chat(
         model=MODEL_ID,
-        messages=[{"role": "system", "content": "Be brief."},
-                  {"role": "user", "content": "What is this?", "images": [PNG]}],
-        options={"temperature": 0.2, "top_p": 0.9, "seed": 7, "stop": ["END"], "num_predict": 64,
-                 "num_ctx": 4096, "top_k": 5},
-        format=schema, think=False, keep_alive="5m",
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is this?", "images": [PNG]},
+        ],
+        options={
+            "temperature": 0.2,
+            "top_p": 0.9,
+            "seed": 7,
+            "stop": ["END"],
+            "num_predict": 64,
+            "num_ctx": 4096,
+            "top_k": 5,
+        },
+        format=schema,
+        think=False,
+        keep_alive="5m",
     )
     client.chat(model=MODEL_ID, messages=hello(), format="json", options={"num_predict": -1})
     first, second = upstream.received(MAIN_MODEL)
     assert first.body["messages"] == [
         {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": [
-            {"type": "text", "text": "What is this?"},
-            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
-        ]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+            ],
+        },
     ]
     assert {k: v for k, v in first.body.items() if k not in ("messages", "model", "user")} == {
-        "temperature": 0.2, "top_p": 0.9, "seed": 7, "stop": ["END"], "max_tokens": 64,
-        "response_format": {"type": "json_schema",
-                            "json_schema": {"name": "response", "schema": schema}},
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "seed": 7,
+        "stop": ["END"],
+        "max_tokens": 64,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "response", "schema": schema},
+        },
     }
     assert {k: v for k, v in second.body.items() if k not in ("messages", "model", "user")} == {
         "response_format": {"type": "json_object"},
@@ -270,17 +349,25 @@ def test_a_tool_call_comes_back_in_ollama_shape_streamed_or_not(
     client: ollama.Client, upstream: ScriptedUpstream
 ) -> None:
     call = {"name": "get_weather", "arguments": {"city": "Paris"}}
-    upstream.script(MAIN_MODEL, Reply(content=None, tool_calls=[call]),
-                    Reply(content=None, tool_calls=[call]))
+    upstream.script(
+        MAIN_MODEL, Reply(content=None, tool_calls=[call]), Reply(content=None, tool_calls=[call])
+    )
     whole = client.chat(model=MODEL_ID, messages=hello("Weather in Paris?"), tools=[WEATHER_TOOL])
-    parts = list(client.chat(model=MODEL_ID, messages=hello("Weather in Paris?"),
-                             tools=[WEATHER_TOOL], stream=True))
+    parts = list(
+        client.chat(
+            model=MODEL_ID, messages=hello("Weather in Paris?"), tools=[WEATHER_TOOL], stream=True
+        )
+    )
     expected = [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]
     assert whole.message.model_dump(exclude_none=True) == {
-        "role": "assistant", "content": "", "tool_calls": expected}
+        "role": "assistant",
+        "content": "",
+        "tool_calls": expected,
+    }
     assert (whole.done, whole.done_reason) == (True, "stop")
-    calls = [p.message.model_dump(exclude_none=True)["tool_calls"] for p in parts
-             if p.message.tool_calls]
+    calls = [
+        p.message.model_dump(exclude_none=True)["tool_calls"] for p in parts if p.message.tool_calls
+    ]
     assert calls == [expected]
     assert (parts[-1].done, parts[-1].done_reason) == (True, "stop")
     for sent in upstream.received(MAIN_MODEL):
@@ -288,19 +375,30 @@ def test_a_tool_call_comes_back_in_ollama_shape_streamed_or_not(
 
     # The answer goes back as Ollama sends it (no ids); upstream it is OpenAI's, ids paired.
     upstream.script(MAIN_MODEL, Reply(content="It is sunny."))
-    answered = client.chat(model=MODEL_ID, tools=[WEATHER_TOOL], messages=[
-        *hello("Weather in Paris?"),
-        {"role": "assistant", "content": "", "tool_calls": expected},
-        {"role": "tool", "content": "sunny, 21 C", "tool_name": "get_weather"},
-    ])
+    answered = client.chat(
+        model=MODEL_ID,
+        tools=[WEATHER_TOOL],
+        messages=[
+            *hello("Weather in Paris?"),
+            {"role": "assistant", "content": "", "tool_calls": expected},
+            {"role": "tool", "content": "sunny, 21 C", "tool_name": "get_weather"},
+        ],
+    )
     assert answered.message.content == "It is sunny."
     assert upstream.received(MAIN_MODEL)[-1].body["messages"] == [
         *hello("Weather in Paris?"),
         # litellm drops the null content of a tool-calling turn; the direct client sends it.
-        {"role": "assistant", **({} if CHAT_CLIENT == "litellm" else {"content": None}),
-         "tool_calls": [
-            {"id": "call_1_0", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {
+            "role": "assistant",
+            **({} if CHAT_CLIENT == "litellm" else {"content": None}),
+            "tool_calls": [
+                {
+                    "id": "call_1_0",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1_0", "content": "sunny, 21 C"},
     ]
 
@@ -309,8 +407,13 @@ def test_an_empty_chat_loads_the_model_without_a_call(
     client: ollama.Client, server: ServeProcess, upstream: ScriptedUpstream
 ) -> None:
     """`ollama run` sends a chat with no messages first, to load the model."""
-    loaded = {"model": MODEL_ID, "created_at": ISO_TIME,
-              "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "load"}
+    loaded = {
+        "model": MODEL_ID,
+        "created_at": ISO_TIME,
+        "message": {"role": "assistant", "content": ""},
+        "done": True,
+        "done_reason": "load",
+    }
     assert raw_lines(server.url, "/api/chat", {"model": MODEL_ID, "messages": []}) == [loaded]
     assert client.chat(model=MODEL_ID, messages=[]).model_dump(exclude_none=True) == loaded
     assert upstream.requests == []
@@ -330,7 +433,9 @@ def test_model_names_ollama_clients_send(
         with pytest.raises(ollama.ResponseError) as caught:
             client.chat(model=name, messages=hello())
         assert (caught.value.status_code, caught.value.error) == (
-            404, f"model {name!r} not found; available: {MODEL_ID}, {OTHER_ID}")
+            404,
+            f"model {name!r} not found; available: {MODEL_ID}, {OTHER_ID}",
+        )
     assert len(upstream.received(MAIN_MODEL)) == 2
 
 
@@ -345,8 +450,13 @@ def test_generate_streamed_and_not_with_memory_in_system(
     whole = client.generate(model=MODEL_ID, prompt="Tell a joke", system="Be funny.")
     parts = list(client.generate(model=MODEL_ID, prompt="Tell a joke", stream=True))
     assert whole.model_dump(exclude_none=True) == {
-        "model": MODEL_ID, "created_at": ISO_TIME, "done": True, "done_reason": "stop",
-        "total_duration": POSITIVE, "prompt_eval_count": 10, "eval_count": 5,
+        "model": MODEL_ID,
+        "created_at": ISO_TIME,
+        "done": True,
+        "done_reason": "stop",
+        "total_duration": POSITIVE,
+        "prompt_eval_count": 10,
+        "eval_count": 5,
         "response": "Why not?",
     }
     assert [(p.response, p.done) for p in parts] == [("Why ", False), ("not?", False), ("", True)]
@@ -384,13 +494,18 @@ def test_the_memory_block_reaches_the_upstream_and_the_agent_reads_the_chat(
 def test_an_agent_write_from_an_ollama_chat(
     client: ollama.Client, server: ServeProcess, upstream: ScriptedUpstream
 ) -> None:
-    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory("drink", "Likes tea")]),
-                    Reply(content="done"))
+    upstream.script(
+        AGENT_MODEL,
+        Reply(content=None, tool_calls=[set_memory("drink", "Likes tea")]),
+        Reply(content="done"),
+    )
     client.chat(model=MODEL_ID, messages=hello("Remember that I like tea"))
-    wait_until(lambda: httpx.get(f"{server.url}/memory").json()["memories"] != [],
-               what="the agent's write")
+    wait_until(
+        lambda: httpx.get(f"{server.url}/memory").json()["memories"] != [], what="the agent's write"
+    )
     assert httpx.get(f"{server.url}/memory").json()["memories"] == [
-        entry("drink", "Likes tea", 2, source="agent")]
+        entry("drink", "Likes tea", 2, source="agent")
+    ]
 
 
 def test_x_memory_off_makes_the_chat_temporary(
@@ -412,8 +527,9 @@ def test_an_upstream_failure_before_the_first_line_is_an_ollama_error(
     upstream.script(MAIN_MODEL, *[Reply(status=500, error={"error": {"message": "down"}})] * 3)
     for stream in (False, True):
         with pytest.raises(ollama.ResponseError) as caught:
-            list(client.chat(model=MODEL_ID, messages=hello(), stream=True)) if stream else \
-                client.chat(model=MODEL_ID, messages=hello())
+            list(
+                client.chat(model=MODEL_ID, messages=hello(), stream=True)
+            ) if stream else client.chat(model=MODEL_ID, messages=hello())
         assert caught.value.status_code == 502
         assert "down" in caught.value.error
     response = httpx.post(f"{server.url}/api/generate", json={"model": MODEL_ID, "prompt": "hi"})
@@ -425,8 +541,11 @@ def test_an_upstream_failure_before_the_first_line_is_an_ollama_error(
 def test_an_upstream_failure_after_the_first_line_is_a_last_error_line(
     client: ollama.Client, server: ServeProcess, upstream: ScriptedUpstream
 ) -> None:
-    upstream.script(MAIN_MODEL, Reply(chunks=["a", "b", "c", "d"], fail_after=3),
-                    Reply(chunks=["a", "b", "c", "d"], fail_after=3))
+    upstream.script(
+        MAIN_MODEL,
+        Reply(chunks=["a", "b", "c", "d"], fail_after=3),
+        Reply(chunks=["a", "b", "c", "d"], fail_after=3),
+    )
     received = []
     with pytest.raises(ollama.ResponseError) as caught:
         for part in client.chat(model=MODEL_ID, messages=hello(), stream=True):
@@ -441,10 +560,15 @@ def test_an_upstream_failure_after_the_first_line_is_a_last_error_line(
 
 def completion_with(**fields: Any) -> bytes:
     """A non-streamed upstream answer: a valid completion with `fields` replaced."""
-    answer = {"id": "x", "object": "chat.completion", "model": MAIN_MODEL,
-              "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
-                           "finish_reason": "stop"}],
-              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+    answer = {
+        "id": "x",
+        "object": "chat.completion",
+        "model": MAIN_MODEL,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
     return json.dumps({**answer, **fields}).encode()
 
 
@@ -452,15 +576,25 @@ MALFORMED_ANSWERS = {
     "choices a string": (completion_with(choices="nope"), "choices is not an array"),
     "choices of strings": (completion_with(choices=["nope"]), "choices[0] is not an object"),
     "usage a string": (completion_with(usage="many"), "usage is not an object"),
-    "no message": (completion_with(choices=[{"index": 0, "finish_reason": "stop"}]),
-                   "choices[0].message is missing or not an object"),
+    "no message": (
+        completion_with(choices=[{"index": 0, "finish_reason": "stop"}]),
+        "choices[0].message is missing or not an object",
+    ),
     "content a number": (
         completion_with(choices=[{"index": 0, "message": {"role": "assistant", "content": 7}}]),
-        "the message's content is not a string"),
+        "the message's content is not a string",
+    ),
     "tool_calls an object": (
-        completion_with(choices=[{"index": 0, "message": {"role": "assistant", "content": "",
-                                                          "tool_calls": {"a": 1}}}]),
-        "the message's tool_calls is not an array"),
+        completion_with(
+            choices=[
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "", "tool_calls": {"a": 1}},
+                }
+            ]
+        ),
+        "the message's tool_calls is not an array",
+    ),
     "the answer an array": (b"[1, 2]", "the answer has no choices"),
 }
 
@@ -472,11 +606,16 @@ def test_an_upstream_answer_of_the_wrong_shape_is_a_502_in_ollama_shape(
 ) -> None:
     raw, problem = MALFORMED_ANSWERS[name]
     upstream.script(MAIN_MODEL, Reply(raw=raw))
-    body = {"model": MODEL_ID, "stream": False,
-            **({"messages": hello()} if path == "/api/chat" else {"prompt": "hi"})}
+    body = {
+        "model": MODEL_ID,
+        "stream": False,
+        **({"messages": hello()} if path == "/api/chat" else {"prompt": "hi"}),
+    }
     response = httpx.post(f"{server.url}{path}", json=body, timeout=20)
     assert (response.status_code, response.json()) == (
-        502, {"error": f"the model call failed: {problem} (a malformed response)"})
+        502,
+        {"error": f"the model call failed: {problem} (a malformed response)"},
+    )
 
 
 def sse(*events: Any) -> bytes:
@@ -491,10 +630,14 @@ FIRST = chunk(choices=[{"index": 0, "delta": {"role": "assistant", "content": "a
 MALFORMED_CHUNKS = {
     "choices a string": (chunk(choices="nope"), "a chunk's choices is not an array"),
     "usage a string": (chunk(choices=[], usage="many"), "usage is not an object"),
-    "delta a string": (chunk(choices=[{"index": 0, "delta": "b"}]),
-                       "a chunk's delta is not an object"),
-    "tool_calls a string": (chunk(choices=[{"index": 0, "delta": {"tool_calls": "f"}}]),
-                            "a delta's tool_calls is not an array"),
+    "delta a string": (
+        chunk(choices=[{"index": 0, "delta": "b"}]),
+        "a chunk's delta is not an object",
+    ),
+    "tool_calls a string": (
+        chunk(choices=[{"index": 0, "delta": {"tool_calls": "f"}}]),
+        "a delta's tool_calls is not an array",
+    ),
     "the chunk an array": ([1], "a stream event is not an object"),
 }
 
@@ -510,7 +653,9 @@ def test_a_streamed_chunk_of_the_wrong_shape_ends_the_stream_with_an_error_line(
     assert lines[-1] == {"error": f"the model call failed: {problem} (a malformed response)"}
 
 
-def test_a_client_leaving_cancels_the_upstream(server: ServeProcess, upstream: ScriptedUpstream) -> None:
+def test_a_client_leaving_cancels_the_upstream(
+    server: ServeProcess, upstream: ScriptedUpstream
+) -> None:
     upstream.script(MAIN_MODEL, Reply(chunks=[f"w{i} " for i in range(100)], chunk_delay=0.1))
     body = {"model": MODEL_ID, "messages": hello()}
     with httpx.stream("POST", f"{server.url}/api/chat", json=body, timeout=20) as response:
@@ -523,23 +668,63 @@ def test_a_client_leaving_cancels_the_upstream(server: ServeProcess, upstream: S
 
 def test_bad_requests_and_unknown_routes_answer_in_ollama_shape(server: ServeProcess) -> None:
     for method, path, body, status, message in [
-        ("POST", "/api/chat", {"messages": hello()}, 400,
-         "invalid request body: model: Field required"),
-        ("POST", "/api/chat", {"model": MODEL_ID, "messages": [{"role": "robot"}]}, 400,
-         "invalid request body: messages.0.role: Input should be 'system', 'user', 'assistant' "
-         "or 'tool'"),
-        ("POST", "/api/chat", {"model": MODEL_ID, "messages": hello(), "stream": "no"}, 400,
-         "invalid request body: stream: Input should be a valid boolean"),
-        ("POST", "/api/generate", {"model": MODEL_ID, "prompt": 5}, 400,
-         "invalid request body: prompt: Input should be a valid string"),
-        ("POST", "/api/generate", {"model": MODEL_ID, "prompt": "hi", "images": ["not an image!"]},
-         400, "invalid request body: images: Value error, images[0] is not base64-encoded image data"),
-        ("POST", "/api/generate", {"model": MODEL_ID, "prompt": "hi", "images": ["aGVsbG8="]},
-         400, "invalid request body: images: Value error, images[0] is not a PNG, JPEG, GIF or WebP image"),
-        ("POST", "/api/chat", {"model": MODEL_ID, "messages": hello(), "format": "xml"}, 400,
-         'invalid request body: format: Value error, format must be "json" or a JSON schema object'),
-        ("POST", "/api/chat", {"model": "nope", "messages": hello()}, 404,
-         f"model 'nope' not found; available: {MODEL_ID}, {OTHER_ID}"),
+        (
+            "POST",
+            "/api/chat",
+            {"messages": hello()},
+            400,
+            "invalid request body: model: Field required",
+        ),
+        (
+            "POST",
+            "/api/chat",
+            {"model": MODEL_ID, "messages": [{"role": "robot"}]},
+            400,
+            "invalid request body: messages.0.role: Input should be 'system', 'user', 'assistant' "
+            "or 'tool'",
+        ),
+        (
+            "POST",
+            "/api/chat",
+            {"model": MODEL_ID, "messages": hello(), "stream": "no"},
+            400,
+            "invalid request body: stream: Input should be a valid boolean",
+        ),
+        (
+            "POST",
+            "/api/generate",
+            {"model": MODEL_ID, "prompt": 5},
+            400,
+            "invalid request body: prompt: Input should be a valid string",
+        ),
+        (
+            "POST",
+            "/api/generate",
+            {"model": MODEL_ID, "prompt": "hi", "images": ["not an image!"]},
+            400,
+            "invalid request body: images: Value error, images[0] is not base64-encoded image data",
+        ),
+        (
+            "POST",
+            "/api/generate",
+            {"model": MODEL_ID, "prompt": "hi", "images": ["aGVsbG8="]},
+            400,
+            "invalid request body: images: Value error, images[0] is not a PNG, JPEG, GIF or WebP image",
+        ),
+        (
+            "POST",
+            "/api/chat",
+            {"model": MODEL_ID, "messages": hello(), "format": "xml"},
+            400,
+            'invalid request body: format: Value error, format must be "json" or a JSON schema object',
+        ),
+        (
+            "POST",
+            "/api/chat",
+            {"model": "nope", "messages": hello()},
+            404,
+            f"model 'nope' not found; available: {MODEL_ID}, {OTHER_ID}",
+        ),
         ("POST", "/api/pull", {"model": MODEL_ID}, 404, "no route POST /api/pull"),
         ("GET", "/api/chat", None, 405, "GET is not allowed on /api/chat"),
     ]:
@@ -568,10 +753,22 @@ def test_keys_mode_keeps_users_apart(
             return make_ollama(process.url, Authorization=f"Bearer {key}", **headers)
 
         alice, bob = as_user(alice_key), as_user(bob_key)
-        assert httpx.put(f"{process.url}/memory/diary", json={"value": "alice-secret-diary"},
-                         headers={"Authorization": f"Bearer {alice_key}"}).status_code == 201
-        assert httpx.put(f"{process.url}/memory/diary", json={"value": "bob-own-diary"},
-                         headers={"Authorization": f"Bearer {bob_key}"}).status_code == 201
+        assert (
+            httpx.put(
+                f"{process.url}/memory/diary",
+                json={"value": "alice-secret-diary"},
+                headers={"Authorization": f"Bearer {alice_key}"},
+            ).status_code
+            == 201
+        )
+        assert (
+            httpx.put(
+                f"{process.url}/memory/diary",
+                json={"value": "bob-own-diary"},
+                headers={"Authorization": f"Bearer {bob_key}"},
+            ).status_code
+            == 201
+        )
         bob.chat(model=MODEL_ID, messages=hello())
         list(bob.generate(model=MODEL_ID, prompt="Hello", stream=True))
         as_user(SERVICE_KEY, **{"X-User-Id": "bob"}).chat(model=MODEL_ID, messages=hello())
@@ -584,14 +781,23 @@ def test_keys_mode_keeps_users_apart(
         assert "alice-secret-diary" in mains[3].system
 
         for refused, status, message in [
-            (make_ollama(process.url), 401,
-             "missing credentials: send Authorization: Bearer <key>"),
+            (
+                make_ollama(process.url),
+                401,
+                "missing credentials: send Authorization: Bearer <key>",
+            ),
             (as_user("kvm_wrong"), 401, "the API key is not valid (unknown or revoked)"),
-            (as_user(bob_key, **{"X-User-Id": "alice"}), 403,
-             "a user key acts only for its own user; drop X-User-Id or use a service key"),
+            (
+                as_user(bob_key, **{"X-User-Id": "alice"}),
+                403,
+                "a user key acts only for its own user; drop X-User-Id or use a service key",
+            ),
         ]:
-            for call in (lambda c: c.chat(model=MODEL_ID, messages=hello()),
-                         lambda c: c.generate(model=MODEL_ID, prompt="hi"), lambda c: c.list()):
+            for call in (
+                lambda c: c.chat(model=MODEL_ID, messages=hello()),
+                lambda c: c.generate(model=MODEL_ID, prompt="hi"),
+                lambda c: c.list(),
+            ):
                 with pytest.raises(ollama.ResponseError) as caught:
                     call(refused)
                 assert (caught.value.status_code, caught.value.error) == (status, message)

@@ -191,7 +191,13 @@ def check_chunk_schema(chunk: dict) -> None:
         assert isinstance(choice["index"], int)
         assert isinstance(choice["delta"], dict)
         assert set(choice["delta"]) <= {"role", "content", "tool_calls", "refusal"}
-        assert choice.get("finish_reason") in (None, "stop", "length", "tool_calls", "content_filter")
+        assert choice.get("finish_reason") in (
+            None,
+            "stop",
+            "length",
+            "tool_calls",
+            "content_filter",
+        )
 
 
 def raw_stream(server, body: dict, headers: dict | None = None) -> list[str]:
@@ -341,7 +347,9 @@ def test_bad_request_bodies(server):
         assert message in response.json()["error"]["message"]
 
 
-def test_service_key_uses_the_body_user_and_user_key_ignores_it(make_server, chat_sections, upstream, database):
+def test_service_key_uses_the_body_user_and_user_key_ignores_it(
+    make_server, chat_sections, upstream, database
+):
     from kvmem.credentials import KeyStore
 
     _, alice_key = KeyStore(database).create("alice")
@@ -361,7 +369,9 @@ def test_service_key_uses_the_body_user_and_user_key_ignores_it(make_server, cha
 def test_open_webui_forwarded_user_header_names_the_user(make_server, chat_sections, upstream):
     server = make_server(**chat_sections(auth={"mode": "keys", "service_keys": ["svc-secret"]}))
     carol = {"Authorization": "Bearer svc-secret", "X-OpenWebUI-User-Id": "carol-uuid-1"}
-    put = httpx.put(f"{server.url}/memory/learned_facts", json={"value": "Carol fact"}, headers=carol)
+    put = httpx.put(
+        f"{server.url}/memory/learned_facts", json={"value": "Carol fact"}, headers=carol
+    )
     assert put.status_code == 201
     body = {"model": MODEL_ID, "messages": user_messages()}
     response = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=carol)

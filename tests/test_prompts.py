@@ -29,6 +29,7 @@ from tests.support.hostile import HOSTILE_VALUES, unescape
 MARCH_1 = datetime(2026, 3, 1, 8, 30, tzinfo=UTC)
 MARCH_2 = datetime(2026, 3, 2, 23, 59, 59, tzinfo=UTC)
 
+
 def entry(key: str, value: str, tokens: int = 1, updated_at: datetime = MARCH_1) -> Entry:
     return Entry(key, value, tokens, "manual", updated_at, updated_at)
 
@@ -76,7 +77,9 @@ def test_escape_value_escapes_del_and_the_c1_controls_exactly():
     assert escape_value("".join(map(chr, range(0x80, 0xA0)))) == "".join(
         f"\\u{c:04x}" for c in range(0x80, 0xA0)
     )
-    assert escape_value("\xa0 non-breaking space and é stay") == "\xa0 non-breaking space and é stay"
+    assert (
+        escape_value("\xa0 non-breaking space and é stay") == "\xa0 non-breaking space and é stay"
+    )
 
 
 def test_every_escaped_character_is_found_alone_and_in_text_and_no_other_is():
@@ -159,10 +162,17 @@ def test_render_chat_uses_human_and_ai():
 
 
 def test_agent_input_without_a_limit(tokens):
-    window = [ChatLine("user", "Remember I like tea."), ChatLine("assistant", "Noted."),
-              ChatLine("user", "Thanks")]
+    window = [
+        ChatLine("user", "Remember I like tea."),
+        ChatLine("assistant", "Noted."),
+        ChatLine("user", "Thanks"),
+    ]
     text = render_agent_input(
-        [entry("name", "Ada", 1), entry("city", "Rome\nItaly", 3)], None, None, window, 1000,
+        [entry("name", "Ada", 1), entry("city", "Rome\nItaly", 3)],
+        None,
+        None,
+        window,
+        1000,
         tokens,
     )
     assert text == (
@@ -183,9 +193,7 @@ def test_agent_input_without_a_limit(tokens):
 
 
 def test_agent_input_with_a_limit_and_valid_keys(tokens):
-    text = render_agent_input(
-        [], 100, ["name", "city"], [ChatLine("user", "hi")], 1000, tokens
-    )
+    text = render_agent_input([], 100, ["name", "city"], [ChatLine("user", "hi")], 1000, tokens)
     assert text == (
         "# Memory Status:\n"
         "Current memory usage: 0 tokens\n"
@@ -235,9 +243,16 @@ def test_agent_input_cut_inside_multibyte_text_keeps_whole_characters(tokens):
 
 def test_default_instructions_cover_the_contract():
     text = DEFAULT_AGENT_INSTRUCTIONS
-    for needed in ("remember", "forget", "set_memory", "delete_memory", "valid keys",
-                   "token limit", "Never store things merely mentioned",
-                   "do not call any tool and end your turn"):
+    for needed in (
+        "remember",
+        "forget",
+        "set_memory",
+        "delete_memory",
+        "valid keys",
+        "token limit",
+        "Never store things merely mentioned",
+        "do not call any tool and end your turn",
+    ):
         assert needed in text, needed
 
 
@@ -245,7 +260,10 @@ def test_the_quick_search_finds_exactly_the_characters_that_are_escaped() -> Non
     # escape_value skips values in which this search finds nothing; written as ranges, it
     # must still match every escaped character and no other, over all of Unicode.
     escaped = set(_ESCAPES)
-    wrong = [code for code in range(sys.maxunicode + 1)
-             if bool(_NEEDS_ESCAPE.fullmatch(chr(code))) != (code in escaped)]
+    wrong = [
+        code
+        for code in range(sys.maxunicode + 1)
+        if bool(_NEEDS_ESCAPE.fullmatch(chr(code))) != (code in escaped)
+    ]
     assert wrong == []
     assert escape_value("a\u2029b<c") == "a\\u2029b\\u003cc"

@@ -35,8 +35,14 @@ def tools(*calls: dict[str, Any]) -> Reply:
 
 
 def proposal(id: int, key: str, op: str, value: str | None, conversation_id: str | None) -> dict:
-    return {"id": id, "key": key, "op": op, "value": value, "conversation_id": conversation_id,
-            "created_at": ISO_TIME}
+    return {
+        "id": id,
+        "key": key,
+        "op": op,
+        "value": value,
+        "conversation_id": conversation_id,
+        "created_at": ISO_TIME,
+    }
 
 
 def error(code: str, message: str, **details: Any) -> dict[str, Any]:
@@ -70,10 +76,17 @@ def test_agent_writes_become_proposals_and_the_model_is_told(upstream, chat_sect
     response = client.post("/chat", json={"message": "Ada; forget my city", "stream": True})
     event, done = sse_events(response.text)[-1]
     conversation = done["conversation_id"]
-    assert (event, done["memory"]) == ("done", {"injected": ["city"], "agent": "done", "updates": [
-        {"op": "set", "key": "name", "value": "Ada", "pending": True},
-        {"op": "delete", "key": "city", "pending": True},
-    ]})
+    assert (event, done["memory"]) == (
+        "done",
+        {
+            "injected": ["city"],
+            "agent": "done",
+            "updates": [
+                {"op": "set", "key": "name", "value": "Ada", "pending": True},
+                {"op": "delete", "key": "city", "pending": True},
+            ],
+        },
+    )
     assert client.get("/memory").json()["memories"] == [entry("city", "Paris", 1)]
     assert pending(client) == [
         proposal(2, "city", "delete", None, conversation),
@@ -99,9 +112,11 @@ def test_pending_proposals_are_in_the_agent_input_after_existing_memory(
     chat(client)
     chat(client, "What is my name?")
     prompt = upstream.received(AGENT_MODEL)[-1].messages[1]["content"]
-    assert "# Existing memory:\n- city (1 tokens): Paris\n\n# Pending review:\n" \
-        "(proposed earlier and waiting for the user's decision: not stored yet; do not propose " \
+    assert (
+        "# Existing memory:\n- city (1 tokens): Paris\n\n# Pending review:\n"
+        "(proposed earlier and waiting for the user's decision: not stored yet; do not propose "
         "them again)\n- set name: Ada\\nLovelace\n\n# Current Chat:" in prompt
+    )
 
 
 def test_no_pending_review_section_without_review(upstream, chat_sections, make_client):
@@ -114,8 +129,10 @@ def test_no_pending_review_section_without_review(upstream, chat_sections, make_
     ("call", "result"),
     [
         (set_memory("food", "x"), 'Invalid key "food". Must be one of: name, city'),
-        (set_memory("name", "x" * 11), 'Value for key "name" is too long (11 characters; '
-                                        "the limit is 10). Shorten it."),
+        (
+            set_memory("name", "x" * 11),
+            'Value for key "name" is too long (11 characters; the limit is 10). Shorten it.',
+        ),
         (set_memory("name", "  "), 'Empty value for key "name". Cannot save an empty memory.'),
         (delete_memory("city"), 'No memory with key "city". Nothing to delete.'),
     ],
@@ -142,8 +159,13 @@ def test_streamed_chat_and_the_agent_hook_mark_proposals_pending(
     assert [e for e in sse_events(response.text) if e[0] == "memory"] == [("memory", update)]
     upstream.script(AGENT_MODEL, tools(set_memory("city", "Rome")))
     hook = client.post("/memory/agent", json={"messages": [{"role": "user", "content": "Rome"}]})
-    assert (hook.status_code, hook.json()) == (200, {"agent": "done", "updates": [
-        {"op": "set", "key": "city", "value": "Rome", "pending": True}]})
+    assert (hook.status_code, hook.json()) == (
+        200,
+        {
+            "agent": "done",
+            "updates": [{"op": "set", "key": "city", "value": "Rome", "pending": True}],
+        },
+    )
     assert [p["key"] for p in pending(client)] == ["city", "name"]
     assert client.get("/memory").json()["memories"] == []
 
@@ -155,14 +177,22 @@ def test_inline_markers_become_proposals_whole_and_streamed(upstream, chat_secti
     upstream.script(MAIN_MODEL, Reply(content="Hello Ada!\n[MEMORY: name = Ada]\n[FORGET: city]"))
     body = chat(client, "I'm Ada; forget my city")
     conversation = body["conversation_id"]
-    assert body == {"conversation_id": conversation, "response": "Hello Ada!", "memory": {
-        "injected": ["city"], "agent": "done", "updates": [
-            {"op": "set", "key": "name", "value": "Ada", "pending": True},
-            {"op": "delete", "key": "city", "pending": True},
-        ]}}
+    assert body == {
+        "conversation_id": conversation,
+        "response": "Hello Ada!",
+        "memory": {
+            "injected": ["city"],
+            "agent": "done",
+            "updates": [
+                {"op": "set", "key": "name", "value": "Ada", "pending": True},
+                {"op": "delete", "key": "city", "pending": True},
+            ],
+        },
+    }
     upstream.script(MAIN_MODEL, Reply(chunks=["Rome, ", "noted.\n[MEM", "ORY: city = Rome]"]))
-    response = client.post("/chat", json={"message": "Now Rome.", "stream": True,
-                                          "conversation_id": conversation})
+    response = client.post(
+        "/chat", json={"message": "Now Rome.", "stream": True, "conversation_id": conversation}
+    )
     update = {"op": "set", "key": "city", "value": "Rome", "pending": True}
     assert [e for e in sse_events(response.text) if e[0] == "memory"] == [("memory", update)]
     # Nothing written until accepted; the newer city proposal replaced the pending delete.
@@ -173,11 +203,14 @@ def test_inline_markers_become_proposals_whole_and_streamed(upstream, chat_secti
     ]
     assert upstream.received(AGENT_MODEL) == []
     accepted = client.post("/memory/proposals/1/accept")
-    assert (accepted.status_code, accepted.json()) == (200, {
-        "memory": entry("name", "Ada", 1, source="agent"), "total_tokens": 2, "token_limit": None})
+    assert (accepted.status_code, accepted.json()) == (
+        200,
+        {"memory": entry("name", "Ada", 1, source="agent"), "total_tokens": 2, "token_limit": None},
+    )
     changes = client.get("/memory/history").json()["changes"]
     assert [(c["key"], c["op"], c["source"], c["conversation_id"]) for c in changes] == [
-        ("name", "set", "agent", conversation), ("city", "set", "manual", None),
+        ("name", "set", "agent", conversation),
+        ("city", "set", "manual", None),
     ]
 
 
@@ -197,7 +230,9 @@ def test_a_newer_proposal_replaces_the_pending_one_for_its_key(make_store):
     proposals.propose("u", "city", "Rome")
     newer = proposals.propose("u", "name", "Ada L.", conversation_id="c2")
     assert [(p.id, p.key, p.value, p.conversation_id) for p in proposals.pending("u")] == [
-        (newer.id, "name", "Ada L.", "c2"), (2, "city", "Rome", None)]
+        (newer.id, "name", "Ada L.", "c2"),
+        (2, "city", "Rome", None),
+    ]
     assert newer.id == 3
 
 
@@ -228,20 +263,25 @@ def seeded(make_client, config: dict[str, Any] | None = None):
 def test_accepting_writes_as_the_agent_with_the_proposals_conversation(make_client):
     client = seeded(make_client)
     accepted = client.post("/memory/proposals/1/accept")
-    assert (accepted.status_code, accepted.json()) == (200, {
-        "memory": entry("name", "Ada", 1, source="agent"), "total_tokens": 2, "token_limit": None})
+    assert (accepted.status_code, accepted.json()) == (
+        200,
+        {"memory": entry("name", "Ada", 1, source="agent"), "total_tokens": 2, "token_limit": None},
+    )
     deleted = client.post("/memory/proposals/2/accept")
     assert (deleted.status_code, deleted.json()) == (
-        200, {"memory": None, "total_tokens": 1, "token_limit": None})
+        200,
+        {"memory": None, "total_tokens": 1, "token_limit": None},
+    )
     assert client.get("/memory").json()["memories"] == [entry("name", "Ada", 1, source="agent")]
     changes = client.get("/memory/history").json()["changes"]
     assert [(c["key"], c["op"], c["source"], c["conversation_id"]) for c in changes] == [
-        ("city", "delete", "agent", "conv-2"), ("name", "set", "agent", "conv-1"),
-        ("city", "set", "manual", None)]
+        ("city", "delete", "agent", "conv-2"),
+        ("name", "set", "agent", "conv-1"),
+        ("city", "set", "manual", None),
+    ]
     assert pending(client) == []
     again = client.post("/memory/proposals/1/accept")
-    assert (again.status_code, again.json()) == (
-        404, error("not_found", "no pending proposal 1"))
+    assert (again.status_code, again.json()) == (404, error("not_found", "no pending proposal 1"))
 
 
 def test_an_accept_over_the_token_limit_is_409_and_stays_pending(make_client, make_value):
@@ -249,9 +289,16 @@ def test_an_accept_over_the_token_limit_is_409_and_stays_pending(make_client, ma
     client.put("/memory/city", json={"value": make_value(4)})
     client.app_state["services"].proposals.propose("local", "name", make_value(2))
     response = client.post("/memory/proposals/1/accept")
-    assert (response.status_code, response.json()) == (409, error(
-        "memory_full", "storing 2 tokens would take memory to 6 tokens, over the limit of 5",
-        token_limit=5, total_tokens=4, requested_tokens=2))
+    assert (response.status_code, response.json()) == (
+        409,
+        error(
+            "memory_full",
+            "storing 2 tokens would take memory to 6 tokens, over the limit of 5",
+            token_limit=5,
+            total_tokens=4,
+            requested_tokens=2,
+        ),
+    )
     assert pending(client) == [proposal(1, "name", "set", make_value(2), None)]
     assert [m["key"] for m in client.get("/memory").json()["memories"]] == ["city"]
     # Room made, the same proposal is kept.
@@ -264,8 +311,12 @@ def test_an_accept_under_rules_changed_since_is_422_and_stays_pending(make_clien
     make_client().app_state["services"].proposals.propose("local", "food", "tea")
     stricter = make_client(memory={"validKeys": ["name"]})
     response = stricter.post("/memory/proposals/1/accept")
-    assert (response.status_code, response.json()) == (422, error(
-        "key_not_allowed", "key 'food' is not allowed; valid keys: name", valid_keys=["name"]))
+    assert (response.status_code, response.json()) == (
+        422,
+        error(
+            "key_not_allowed", "key 'food' is not allowed; valid keys: name", valid_keys=["name"]
+        ),
+    )
     assert [p["key"] for p in pending(stricter)] == ["food"]
 
 
@@ -282,9 +333,15 @@ def test_rejecting_one_and_all(make_client):
     assert client.get("/memory").json()["memories"] == [entry("city", "Paris", 1)]
 
 
-@pytest.mark.parametrize("path", ["/memory/proposals/99/accept", "/memory/proposals/x/reject",
-                                  "/memory/proposals/-1/accept",
-                                  "/memory/proposals/1234567890123456789/reject"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/memory/proposals/99/accept",
+        "/memory/proposals/x/reject",
+        "/memory/proposals/-1/accept",
+        "/memory/proposals/1234567890123456789/reject",
+    ],
+)
 def test_unknown_proposal_ids_are_404(make_client, path):
     client = seeded(make_client)
     response = client.post(path)
@@ -297,11 +354,15 @@ def test_unknown_proposal_ids_are_404(make_client, path):
 def test_another_users_proposal_is_404(make_client):
     client = make_client(auth=KEYS_AUTH)
     client.app_state["services"].proposals.propose("alice", "name", "Ada")
-    for method, path in [("POST", "/memory/proposals/1/accept"),
-                         ("POST", "/memory/proposals/1/reject")]:
+    for method, path in [
+        ("POST", "/memory/proposals/1/accept"),
+        ("POST", "/memory/proposals/1/reject"),
+    ]:
         response = client.request(method, path, headers=service("bob"))
         assert (response.status_code, response.json()) == (
-            404, error("not_found", "no pending proposal 1"))
+            404,
+            error("not_found", "no pending proposal 1"),
+        )
     assert client.delete("/memory/proposals", headers=service("bob")).json() == {"rejected": 0}
     assert pending(client, service("bob")) == []
     assert [p["key"] for p in pending(client, service("alice"))] == ["name"]
@@ -355,16 +416,22 @@ def test_concurrent_accepts_apply_a_proposal_once(make_client_for_url, database_
 def test_preferences_show_review_as_the_operator_set_it(make_client):
     assert make_client().get("/preferences").json() == {"memories": True, "review": False}
     assert make_client(memory={"review": "on"}).get("/preferences").json() == {
-        "memories": True, "review": True}
+        "memories": True,
+        "review": True,
+    }
 
 
 @pytest.mark.parametrize("mode", ["off", "on"])
 def test_the_user_switch_is_403_unless_per_user(make_client, mode):
     client = make_client(memory={"review": mode})
     response = client.patch("/preferences", json={"memories": False, "review": True})
-    assert (response.status_code, response.json()) == (403, error(
-        "review_not_per_user",
-        f"users cannot choose review on this server (memory.review is {mode}, not per_user)"))
+    assert (response.status_code, response.json()) == (
+        403,
+        error(
+            "review_not_per_user",
+            f"users cannot choose review on this server (memory.review is {mode}, not per_user)",
+        ),
+    )
     assert client.get("/preferences").json() == {"memories": True, "review": mode == "on"}
 
 
@@ -373,7 +440,9 @@ def test_per_user_review_holds_only_that_users_agent_writes(upstream, chat_secti
     on = client.patch("/preferences", json={"review": True}, headers=service("alice"))
     assert (on.status_code, on.json()) == (200, {"memories": True, "review": True})
     assert client.get("/preferences", headers=service("bob")).json() == {
-        "memories": True, "review": False}
+        "memories": True,
+        "review": False,
+    }
     for user in ("alice", "bob"):
         upstream.script(AGENT_MODEL, tools(set_memory("name", user)))
         response = client.post("/chat", json={"message": "I am here"}, headers=service(user))
@@ -382,27 +451,38 @@ def test_per_user_review_holds_only_that_users_agent_writes(upstream, chat_secti
     assert [p["value"] for p in pending(client, service("alice"))] == ["alice"]
     assert client.get("/memory", headers=service("alice")).json()["memories"] == []
     assert client.get("/memory", headers=service("bob")).json()["memories"] == [
-        entry("name", "bob", 1, source="agent")]
+        entry("name", "bob", 1, source="agent")
+    ]
     off = client.patch("/preferences", json={"review": False}, headers=service("alice"))
     assert off.json() == {"memories": True, "review": False}
 
 
 def test_an_empty_preferences_body_is_400(make_client):
     response = make_client().patch("/preferences", json={})
-    assert (response.status_code, response.json()) == (400, error(
-        "bad_request", "invalid request body: give memories, review or both"))
+    assert (response.status_code, response.json()) == (
+        400,
+        error("bad_request", "invalid request body: give memories, review or both"),
+    )
 
 
 def test_json_mode_operations_become_proposals_too(upstream, chat_sections, make_client):
     client = make_client(**chat_sections(memory={"review": "on"}, agent={"mode": "json"}))
     client.put("/memory/city", json={"value": "Paris"})
-    operations = [{"op": "set", "key": "name", "value": "Ada"}, {"op": "delete", "key": "city"},
-                  {"op": "set", "key": "Bad Key", "value": "x"}]
-    upstream.script(AGENT_MODEL, Reply(content=json.dumps({"operations": operations})),
-                    Reply(content='{"operations": []}'))
+    operations = [
+        {"op": "set", "key": "name", "value": "Ada"},
+        {"op": "delete", "key": "city"},
+        {"op": "set", "key": "Bad Key", "value": "x"},
+    ]
+    upstream.script(
+        AGENT_MODEL,
+        Reply(content=json.dumps({"operations": operations})),
+        Reply(content='{"operations": []}'),
+    )
     body = chat(client)
     assert [(p["key"], p["op"], p["value"]) for p in pending(client)] == [
-        ("city", "delete", None), ("name", "set", "Ada")]
+        ("city", "delete", None),
+        ("name", "set", "Ada"),
+    ]
     assert client.get("/memory").json()["memories"] == [entry("city", "Paris", 1)]
     results = upstream.received(AGENT_MODEL)[1].messages[-1]["content"]
     assert results.splitlines()[1:4] == [
@@ -418,8 +498,10 @@ def test_json_mode_operations_become_proposals_too(upstream, chat_sections, make
 
 def test_the_pending_section_lists_sets_and_deletes_escaped(tokens):
     now = datetime.now(UTC)
-    pending = [Proposal(2, "city", "delete", None, None, now),
-               Proposal(1, "name", "set", "Ada</user_memory>", "c", now)]
+    pending = [
+        Proposal(2, "city", "delete", None, None, now),
+        Proposal(1, "name", "set", "Ada</user_memory>", "c", now),
+    ]
     text = render_agent_input([], None, None, [ChatLine("user", "hi")], 100, tokens, pending)
     assert text.split("\n\n")[2:] == [
         "# Pending review:\n(proposed earlier and waiting for the user's decision: not stored "

@@ -38,27 +38,57 @@ def seed_other_users(database: Database) -> None:
     users = [f"other-{n}" for n in range(OTHERS)]
     with database.writing() as session:
         session.execute(insert(User), [{"id": u, "created_at": now} for u in users])
-        session.execute(insert(MemoryEntry), [
-            {"user_id": u, "key": f"k{k}", "value": "v " * 20, "token_count": 20,
-             "source": "manual", "created_at": now, "updated_at": now}
-            for u in users for k in range(4)
-        ])
-        session.execute(insert(MemoryChange), [
-            {"user_id": u, "key": f"k{k % 4}", "op": "set", "old_value": None,
-             "new_value": "v", "source": "manual", "conversation_id": None,
-             "at": old if k % 2 else now}
-            for u in users for k in range(8)
-        ])
-        conversations = [(u, f"{n:08d}-0000-4000-8000-{c:012d}") for n, u in enumerate(users)
-                         for c in range(3)]
-        session.execute(insert(Conversation), [
-            {"id": c, "user_id": u, "title": "t", "created_at": now, "updated_at": now}
-            for u, c in conversations
-        ])
-        session.execute(insert(Message), [
-            {"conversation_id": c, "role": role, "content": "hi", "created_at": now}
-            for _u, c in conversations for role in ("user", "assistant") * 3
-        ])
+        session.execute(
+            insert(MemoryEntry),
+            [
+                {
+                    "user_id": u,
+                    "key": f"k{k}",
+                    "value": "v " * 20,
+                    "token_count": 20,
+                    "source": "manual",
+                    "created_at": now,
+                    "updated_at": now,
+                }
+                for u in users
+                for k in range(4)
+            ],
+        )
+        session.execute(
+            insert(MemoryChange),
+            [
+                {
+                    "user_id": u,
+                    "key": f"k{k % 4}",
+                    "op": "set",
+                    "old_value": None,
+                    "new_value": "v",
+                    "source": "manual",
+                    "conversation_id": None,
+                    "at": old if k % 2 else now,
+                }
+                for u in users
+                for k in range(8)
+            ],
+        )
+        conversations = [
+            (u, f"{n:08d}-0000-4000-8000-{c:012d}") for n, u in enumerate(users) for c in range(3)
+        ]
+        session.execute(
+            insert(Conversation),
+            [
+                {"id": c, "user_id": u, "title": "t", "created_at": now, "updated_at": now}
+                for u, c in conversations
+            ],
+        )
+        session.execute(
+            insert(Message),
+            [
+                {"conversation_id": c, "role": role, "content": "hi", "created_at": now}
+                for _u, c in conversations
+                for role in ("user", "assistant") * 3
+            ],
+        )
 
 
 def drive_request_paths(client: TestClient, upstream: Any, key: str) -> list[tuple[str, str, int]]:
@@ -93,8 +123,14 @@ def drive_request_paths(client: TestClient, upstream: Any, key: str) -> list[tup
     body = {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]}
     call("POST", "/v1/chat/completions", json=body)
     listing = call("GET", "/conversations", params={"limit": 1}).json()
-    call("GET", "/conversations", params={"before": f"{listing['conversations'][0]['updated_at']}_"
-                                          f"{listing['conversations'][0]['id']}"})
+    call(
+        "GET",
+        "/conversations",
+        params={
+            "before": f"{listing['conversations'][0]['updated_at']}_"
+            f"{listing['conversations'][0]['id']}"
+        },
+    )
     call("GET", f"/conversations/{chat['conversation_id']}")
     call("DELETE", f"/conversations/{chat['conversation_id']}")
     session = call("POST", "/sessions").json()
@@ -108,8 +144,36 @@ def drive_request_paths(client: TestClient, upstream: Any, key: str) -> list[tup
 
 
 EXPECTED_STATUSES = [
-    201, 200, 201, 200, 200, 204, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200,
-    200, 200, 200, 200, 200, 200, 204, 201, 200, 204, 200, 200, 200, 200,
+    201,
+    200,
+    201,
+    200,
+    200,
+    204,
+    200,
+    200,
+    200,
+    200,
+    200,
+    200,
+    200,
+    200,
+    200,
+    200,
+    200,
+    200,
+    200,
+    200,
+    200,
+    200,
+    204,
+    201,
+    200,
+    204,
+    200,
+    200,
+    200,
+    200,
 ]
 
 
@@ -147,19 +211,33 @@ def seed_other_proposals(database: Database) -> None:
     """Pending proposals of `OTHERS` users (the users of `seed_other_users`)."""
     now = utcnow()
     with database.writing() as session:
-        session.execute(insert(MemoryProposal), [
-            {"user_id": f"other-{n}", "key": f"k{k}", "op": "set", "value": "v",
-             "conversation_id": None, "created_at": now}
-            for n in range(OTHERS) for k in range(6)
-        ])
+        session.execute(
+            insert(MemoryProposal),
+            [
+                {
+                    "user_id": f"other-{n}",
+                    "key": f"k{k}",
+                    "op": "set",
+                    "value": "v",
+                    "conversation_id": None,
+                    "created_at": now,
+                }
+                for n in range(OTHERS)
+                for k in range(6)
+            ],
+        )
 
 
 def drive_review_paths(client: TestClient, upstream: Any, key: str) -> list[tuple[str, str, int]]:
     """The review routes as user `alice`, her proposals made by inline markers on /chat."""
     alice = {"Authorization": f"Bearer {key}"}
-    upstream.script(MAIN_MODEL, *[
-        Reply(content=f"Noted.\n[MEMORY: {k} = v]\n[MEMORY: pet = cat]") for k in ("likes", "job")
-    ])
+    upstream.script(
+        MAIN_MODEL,
+        *[
+            Reply(content=f"Noted.\n[MEMORY: {k} = v]\n[MEMORY: pet = cat]")
+            for k in ("likes", "job")
+        ],
+    )
     seen: list[tuple[str, str, int]] = []
 
     def call(method: str, path: str, **kwargs: Any) -> Any:
@@ -171,7 +249,9 @@ def drive_review_paths(client: TestClient, upstream: Any, key: str) -> list[tupl
     call("GET", "/preferences")
     call("PUT", "/memory/likes", json={"value": "tea"})
     chat = call("POST", "/chat", json={"message": "I like coffee, I have a cat"}).json()
-    call("POST", "/chat", json={"message": "I'm a baker", "conversation_id": chat["conversation_id"]})
+    call(
+        "POST", "/chat", json={"message": "I'm a baker", "conversation_id": chat["conversation_id"]}
+    )
     proposals = call("GET", "/memory/proposals").json()["proposals"]
     # The second chat's pet replaced the first's: pet, job, likes, newest first.
     assert [p["key"] for p in proposals] == ["pet", "job", "likes"]
@@ -190,14 +270,24 @@ def test_no_review_query_reads_a_whole_table(
 ) -> None:
     seed_other_users(database)
     seed_other_proposals(database)
-    client = make_client(**chat_sections(memory={"review": "per_user"}, agent={"placement": "inline"}),
-                         auth=KEYS_AUTH)
+    client = make_client(
+        **chat_sections(memory={"review": "per_user"}, agent={"placement": "inline"}),
+        auth=KEYS_AUTH,
+    )
     _, key = KeyStore(database).create("alice")
     with captured_statements(database.engine) as statements:
         seen = drive_review_paths(client, upstream, key)
     assert [(method, status) for method, _, status in seen] == [
-        ("PATCH", 200), ("GET", 200), ("PUT", 201), ("POST", 200), ("POST", 200), ("GET", 200),
-        ("POST", 200), ("POST", 204), ("DELETE", 200), ("DELETE", 200),
+        ("PATCH", 200),
+        ("GET", 200),
+        ("PUT", 201),
+        ("POST", 200),
+        ("POST", 200),
+        ("GET", 200),
+        ("POST", 200),
+        ("POST", 204),
+        ("DELETE", 200),
+        ("DELETE", 200),
     ], seen
     assert len(statements) > 30
     assert table_scans(database.engine, statements) == {}

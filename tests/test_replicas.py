@@ -114,11 +114,14 @@ def check_a_proposal_accepted_on_both_replicas_lands_once(replicas, database_url
     finds it gone (404), round after round."""
     carol = {**SERVICE, "X-User-Id": "carol"}
     database = Database.from_config(
-        Config.model_validate({"database": {"url": database_url}}).database)
+        Config.model_validate({"database": {"url": database_url}}).database
+    )
     try:
         proposals = ProposalStore(MemoryStore(database, MemoryRules(), tokens))
-        ids = [proposals.propose("carol", f"k{n}", f"value {n}", conversation_id="c").id
-               for n in range(20)]
+        ids = [
+            proposals.propose("carol", f"k{n}", f"value {n}", conversation_id="c").id
+            for n in range(20)
+        ]
     finally:
         database.dispose()
 
@@ -135,7 +138,8 @@ def check_a_proposal_accepted_on_both_replicas_lands_once(replicas, database_url
             assert sorted(statuses) == [200, 404], proposal_id
     changes = httpx.get(f"{replicas[0]}/memory/history?limit=100", headers=carol).json()["changes"]
     assert sorted((c["key"], c["source"], c["conversation_id"]) for c in changes) == sorted(
-        (f"k{n}", "agent", "c") for n in range(20))
+        (f"k{n}", "agent", "c") for n in range(20)
+    )
     assert httpx.get(f"{replicas[1]}/memory/proposals", headers=carol).json() == {"proposals": []}
 
 
@@ -147,7 +151,10 @@ def check_limit_and_keys_hold_across_replicas(replicas, upstream, tokens):
             Reply(
                 content=None,
                 tool_calls=[
-                    {"name": "set_memory", "arguments": {"key": f"agent_{i}", "value": "five token value here"}}
+                    {
+                        "name": "set_memory",
+                        "arguments": {"key": f"agent_{i}", "value": "five token value here"},
+                    }
                 ],
             )
             for i in range(agent_writes)

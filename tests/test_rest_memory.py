@@ -163,7 +163,9 @@ def test_overview_enabled_reflects_disabled_and_opt_out() -> None:
         config = Config.model_validate({"memory": {"disabled": disabled}})
         return memory_overview(Snapshot(entries=(), memories_enabled=opted_in), config)["enabled"]
 
-    assert [enabled(d, o) for d, o in [(False, True), (False, False), (True, True), (True, False)]] == [
+    assert [
+        enabled(d, o) for d, o in [(False, True), (False, False), (True, True), (True, False)]
+    ] == [
         True,
         False,
         False,
@@ -390,20 +392,31 @@ def test_concurrent_puts_never_pass_the_token_limit(
     [
         (b'{"value":', "malformed JSON body: Expecting value at line 1 column 10"),
         (b"", "malformed JSON body: Expecting value at line 1 column 1"),
-        (b"{'value': 'x'}", "malformed JSON body: Expecting property name enclosed in double quotes at line 1 column 2"),
+        (
+            b"{'value': 'x'}",
+            "malformed JSON body: Expecting property name enclosed in double quotes at line 1 column 2",
+        ),
         (b'{"value": "\xff"}', "the body is not valid UTF-8 (byte 11)"),
         (b'{"value": 5}', "invalid request body: value: Input should be a valid string"),
         (b'{"value": null}', "invalid request body: value: Input should be a valid string"),
         (b'{"value": ["x"]}', "invalid request body: value: Input should be a valid string"),
-        (b'{"value": "x", "source": "agent"}', "invalid request body: source: Extra inputs are not permitted"),
+        (
+            b'{"value": "x", "source": "agent"}',
+            "invalid request body: source: Extra inputs are not permitted",
+        ),
         (b"{}", "invalid request body: value: Field required"),
-        (b'"just a string"', "invalid request body: body: Input should be a valid dictionary or instance of MemoryValue"),
+        (
+            b'"just a string"',
+            "invalid request body: body: Input should be a valid dictionary or instance of MemoryValue",
+        ),
         (b"[" * 100_000, "the JSON body is nested too deeply"),
     ],
 )
 def test_bad_put_bodies_are_400(make_client: MakeClient, content: bytes, message: str) -> None:
     client = make_client()
-    response = client.put("/memory/k", content=content, headers={"content-type": "application/json"})
+    response = client.put(
+        "/memory/k", content=content, headers={"content-type": "application/json"}
+    )
     assert (response.status_code, response.json()) == (400, bad_request(message))
     assert client.get("/memory").json() == EMPTY_LISTING
 
@@ -432,7 +445,12 @@ def test_declared_body_over_the_limit_is_413(make_client: MakeClient) -> None:
     response = client.put("/memory/k", content=b'{"value": "' + b"x" * 200 + b'"}')
     assert (response.status_code, response.json()) == (
         413,
-        {"error": {"code": "body_too_large", "message": "the request body is 213 bytes; the limit is 100"}},
+        {
+            "error": {
+                "code": "body_too_large",
+                "message": "the request body is 213 bytes; the limit is 100",
+            }
+        },
     )
     exact = b'{"value": "' + b"x" * 87 + b'"}'
     assert len(exact) == 100
@@ -452,7 +470,12 @@ def test_chunked_body_over_the_limit_is_413(make_client: MakeClient) -> None:
     assert response.request.headers["transfer-encoding"] == "chunked"
     assert (response.status_code, response.json()) == (
         413,
-        {"error": {"code": "body_too_large", "message": "the request body is over the limit of 100 bytes"}},
+        {
+            "error": {
+                "code": "body_too_large",
+                "message": "the request body is over the limit of 100 bytes",
+            }
+        },
     )
     assert client.get("/memory").json() == EMPTY_LISTING
 
@@ -461,7 +484,9 @@ def test_a_huge_chunked_body_is_refused_without_being_read_whole(
     make_config: Callable[..., Config], database: Database, tokens: TokenCounter
 ) -> None:
     """Drive the ASGI app directly with an endless body and count what the server pulls."""
-    app = create_app(make_config(server={"max_body_bytes": 100_000}), database=database, tokens=tokens)
+    app = create_app(
+        make_config(server={"max_body_bytes": 100_000}), database=database, tokens=tokens
+    )
     chunk = b"x" * 65_536
     pulled = 0
     sent: list[dict[str, Any]] = []
@@ -472,7 +497,11 @@ def test_a_huge_chunked_body_is_refused_without_being_read_whole(
         lifespan_out: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         state: dict[str, Any] = {}
         lifespan = asyncio.create_task(
-            app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": state}, lifespan_in.get, lifespan_out.put)
+            app(
+                {"type": "lifespan", "asgi": {"version": "3.0"}, "state": state},
+                lifespan_in.get,
+                lifespan_out.put,
+            )
         )
         await lifespan_in.put({"type": "lifespan.startup"})
         assert (await lifespan_out.get()) == {"type": "lifespan.startup.complete"}

@@ -24,16 +24,19 @@ def plant_expired(database: Database, count: int) -> None:
     """`count` changes recorded 400 days ago, spread over `USERS` users, in one transaction."""
     at = utcnow() - timedelta(days=400)
     with database.writing() as session:
-        session.execute(
-            insert(User), [{"id": f"idle-{n}", "created_at": at} for n in range(USERS)]
-        )
+        session.execute(insert(User), [{"id": f"idle-{n}", "created_at": at} for n in range(USERS)])
         session.execute(
             insert(MemoryChange),
             [
                 {
-                    "user_id": f"idle-{n % USERS}", "key": f"k{n % 7}", "op": "set",
-                    "old_value": None, "new_value": "old", "source": "manual",
-                    "conversation_id": None, "at": at,
+                    "user_id": f"idle-{n % USERS}",
+                    "key": f"k{n % 7}",
+                    "op": "set",
+                    "old_value": None,
+                    "new_value": "old",
+                    "source": "manual",
+                    "conversation_id": None,
+                    "at": at,
                 }
                 for n in range(count)
             ],

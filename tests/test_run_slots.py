@@ -29,9 +29,15 @@ def agent_body(text: str, **fields: Any) -> dict[str, Any]:
 
 
 def too_many_runs(per_user: int, total: int) -> dict[str, Any]:
-    return {"error": {"code": "too_many_runs", "message": (
-        f"too many memory agent runs in flight (at most {per_user} per user and {total} in all): "
-        "retry when one has ended")}}
+    return {
+        "error": {
+            "code": "too_many_runs",
+            "message": (
+                f"too many memory agent runs in flight (at most {per_user} per user and {total} in all): "
+                "retry when one has ended"
+            ),
+        }
+    }
 
 
 def test_a_third_run_of_one_user_is_429_and_calls_no_model(
@@ -44,7 +50,10 @@ def test_a_third_run_of_one_user_is_429_and_calls_no_model(
     assert [(r.status_code, r.json()) for r in (first, second)] == [(202, {"agent": "running"})] * 2
     third = client.post("/memory/agent", json=body)
     assert (third.status_code, third.json(), third.headers["retry-after"]) == (
-        429, too_many_runs(2, 64), "2")
+        429,
+        too_many_runs(2, 64),
+        "2",
+    )
     # No model call for the refused one, and it is counted under its state.
     assert len(upstream.wait_for(AGENT_MODEL, 2)) == 2
     wait_agents_idle(client)
@@ -52,14 +61,17 @@ def test_a_third_run_of_one_user_is_429_and_calls_no_model(
     assert 'kvmem_agent_runs_total{state="busy"} 1.0' in client.get("/metrics").text
     # Once they ended, the user may run again.
     assert client.post("/memory/agent", json=agent_body("I live in Rome")).json() == {
-        "agent": "done", "updates": []}
+        "agent": "done",
+        "updates": [],
+    }
 
 
 def test_a_chat_turn_past_a_bound_is_busy_per_user_and_per_process(
     make_client: MakeClient, chat_sections: Any, upstream: Any
 ) -> None:
-    client = make_client(**chat_sections(
-        auth=KEYS_AUTH, agent={"max_runs_per_user": 1, "max_concurrent_runs": 2}))
+    client = make_client(
+        **chat_sections(auth=KEYS_AUTH, agent={"max_runs_per_user": 1, "max_concurrent_runs": 2})
+    )
     upstream.default(AGENT_MODEL, Reply(content="nothing", delay=1.0))
 
     def turn(user_id: str) -> Any:

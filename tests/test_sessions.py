@@ -29,8 +29,12 @@ SESSION_ONLY_ROUTES = (
     "a session token works only on /memory, /preferences, /usage, /conversations, /me, /mcp, "
     "/sessions and starts no model call (POST /memory/agent); use an API key for this route"
 )
-NOT_VALID = {"error": {"code": "unauthorized",
-                       "message": "the session token is not valid (unknown, ended or expired)"}}
+NOT_VALID = {
+    "error": {
+        "code": "unauthorized",
+        "message": "the session token is not valid (unknown, ended or expired)",
+    }
+}
 
 
 def bearer(secret: str, user: str | None = None) -> dict[str, str]:
@@ -72,12 +76,21 @@ def test_a_user_key_mints_a_session_that_acts_for_its_user(
 
     session = bearer(token)
     assert answer(client.put("/memory/fact", json={"value": "likes tea"}, headers=session)) == (
-        201, {"memory": entry("fact", "likes tea", 2), "total_tokens": 2, "token_limit": None})
+        201,
+        {"memory": entry("fact", "likes tea", 2), "total_tokens": 2, "token_limit": None},
+    )
     assert answer(client.get("/memory/fact", headers=bearer(alice_key))) == (
-        200, entry("fact", "likes tea", 2))  # written as alice
+        200,
+        entry("fact", "likes tea", 2),
+    )  # written as alice
     assert answer(client.patch("/preferences", json={"memories": False}, headers=session)) == (
-        200, {"memories": False, "review": False})
-    assert answer(client.get("/conversations", headers=session)) == (200, {"conversations": [], "next": None})
+        200,
+        {"memories": False, "review": False},
+    )
+    assert answer(client.get("/conversations", headers=session)) == (
+        200,
+        {"conversations": [], "next": None},
+    )
     assert answer(client.delete("/memory", headers=session)) == (200, {"deleted": 1})
 
 
@@ -85,13 +98,21 @@ def test_a_service_key_mints_a_session_for_the_user_it_names(
     make_client: MakeClient, keys: KeyStore
 ) -> None:
     client = make_client(auth=KEYS_MODE)
-    assert answer(client.post("/sessions", headers=bearer(SERVICE_KEY))) == (400, {
-        "error": {"code": "bad_request",
-                  "message": "a service key must name the user: send the X-User-Id header"}})
+    assert answer(client.post("/sessions", headers=bearer(SERVICE_KEY))) == (
+        400,
+        {
+            "error": {
+                "code": "bad_request",
+                "message": "a service key must name the user: send the X-User-Id header",
+            }
+        },
+    )
     token = mint(client, bearer(SERVICE_KEY, "bob"))
     client.put("/memory/fact", json={"value": "bob's"}, headers=bearer(token))
     assert answer(client.get("/memory/fact", headers=bearer(SERVICE_KEY, "bob"))) == (
-        200, entry("fact", "bob's", 2))
+        200,
+        entry("fact", "bob's", 2),
+    )
 
 
 def test_local_mode_mints_sessions_for_user_local(make_client: MakeClient) -> None:
@@ -99,11 +120,18 @@ def test_local_mode_mints_sessions_for_user_local(make_client: MakeClient) -> No
     made = client.post("/sessions")
     assert answer(made) == (201, {"token": made.json()["token"], "expires_at": ISO_TIME})
     assert answer(client.delete("/sessions/current", headers=bearer(made.json()["token"]))) == (
-        204, None)
-    assert answer(client.delete("/sessions/current")) == (400, {"error": {
-        "code": "bad_request",
-        "message": "this request is not made with a session token: send Authorization: Bearer <token>",
-    }})
+        204,
+        None,
+    )
+    assert answer(client.delete("/sessions/current")) == (
+        400,
+        {
+            "error": {
+                "code": "bad_request",
+                "message": "this request is not made with a session token: send Authorization: Bearer <token>",
+            }
+        },
+    )
 
 
 def test_auth_session_seconds_sets_the_lifetime(make_client: MakeClient, keys: KeyStore) -> None:
@@ -163,16 +191,31 @@ def test_delete_sessions_current_ends_only_the_token_in_use(
     assert client.get("/memory", headers=bearer(alice_key)).status_code == 200
 
 
-@pytest.mark.parametrize(("method", "path", "body"), [
-    ("POST", "/chat", {"message": "hi"}),
-    ("POST", "/v1/chat/completions", {"model": f"openai/{MAIN_MODEL}",
-                                      "messages": [{"role": "user", "content": "hi"}]}),
-    ("GET", "/v1/models", None),
-    ("POST", "/memory/agent", {"messages": [{"role": "user", "content": "remember I like tea"}]}),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/chat", {"message": "hi"}),
+        (
+            "POST",
+            "/v1/chat/completions",
+            {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]},
+        ),
+        ("GET", "/v1/models", None),
+        (
+            "POST",
+            "/memory/agent",
+            {"messages": [{"role": "user", "content": "remember I like tea"}]},
+        ),
+    ],
+)
 def test_a_session_is_refused_on_the_model_routes(
-    make_client: MakeClient, chat_sections: Any, upstream: Any, keys: KeyStore,
-    method: str, path: str, body: Any,
+    make_client: MakeClient,
+    chat_sections: Any,
+    upstream: Any,
+    keys: KeyStore,
+    method: str,
+    path: str,
+    body: Any,
 ) -> None:
     client = make_client(**chat_sections(auth=KEYS_MODE))
     _, alice_key = keys.create("alice")
@@ -189,24 +232,55 @@ def test_a_session_cannot_mint_sessions(make_client: MakeClient, keys: KeyStore)
     client = make_client(auth=KEYS_MODE)
     _, alice_key = keys.create("alice")
     token = mint(client, bearer(alice_key))
-    assert answer(client.post("/sessions", headers=bearer(token))) == (403, {"error": {
-        "code": "forbidden",
-        "message": "a session token cannot create sessions; use a user key or a service key",
-    }})
+    assert answer(client.post("/sessions", headers=bearer(token))) == (
+        403,
+        {
+            "error": {
+                "code": "forbidden",
+                "message": "a session token cannot create sessions; use a user key or a service key",
+            }
+        },
+    )
 
 
 def test_which_routes_accept_a_session() -> None:
-    accepted = ["/memory", "/memory/fact", "/memory/fact/history", "/memory/export",
-                "/preferences", "/usage", "/conversations", "/conversations/abc", "/me", "/mcp",
-                "/sessions", "/sessions/current"]
-    refused = ["/chat", "/v1/chat/completions", "/v1/models", "/api/chat", "/api/generate",
-               "/api/tags", "/metrics", "/healthz", "/memoryx", "/mex", "/message", "/",
-               "/sessionsx"]
+    accepted = [
+        "/memory",
+        "/memory/fact",
+        "/memory/fact/history",
+        "/memory/export",
+        "/preferences",
+        "/usage",
+        "/conversations",
+        "/conversations/abc",
+        "/me",
+        "/mcp",
+        "/sessions",
+        "/sessions/current",
+    ]
+    refused = [
+        "/chat",
+        "/v1/chat/completions",
+        "/v1/models",
+        "/api/chat",
+        "/api/generate",
+        "/api/tags",
+        "/metrics",
+        "/healthz",
+        "/memoryx",
+        "/mex",
+        "/message",
+        "/",
+        "/sessionsx",
+    ]
     assert [path for path in accepted if accepts_session(path)] == accepted
     assert [path for path in refused if accepts_session(path)] == []
     # POST /memory/agent starts model calls; the other methods there are the key "agent".
     assert [accepts_session("/memory/agent", method) for method in ("POST", "GET", "PUT")] == [
-        False, True, True]
+        False,
+        True,
+        True,
+    ]
 
 
 def test_revoking_a_key_ends_the_sessions_of_its_user(
@@ -215,7 +289,10 @@ def test_revoking_a_key_ends_the_sessions_of_its_user(
     client = make_client(auth=KEYS_MODE)
     info, alice_key = keys.create("alice")
     _, bob_key = keys.create("bob")
-    with_key, from_front_end = mint(client, bearer(alice_key)), mint(client, bearer(SERVICE_KEY, "alice"))
+    with_key, from_front_end = (
+        mint(client, bearer(alice_key)),
+        mint(client, bearer(SERVICE_KEY, "alice")),
+    )
     bob = mint(client, bearer(bob_key))
     assert client.get("/memory", headers=bearer(with_key)).status_code == 200
 
@@ -227,8 +304,15 @@ def test_revoking_a_key_ends_the_sessions_of_its_user(
     # A session cannot be minted with the revoked key, even by a request already past auth.
     with pytest.raises(Unauthorized, match="the API key is not valid"):
         SessionStore(database, 60).create("alice", minted_with=alice_key)
-    assert answer(client.post("/sessions", headers=bearer(alice_key))) == (401, {"error": {
-        "code": "unauthorized", "message": "the API key is not valid (unknown or revoked)"}})
+    assert answer(client.post("/sessions", headers=bearer(alice_key))) == (
+        401,
+        {
+            "error": {
+                "code": "unauthorized",
+                "message": "the API key is not valid (unknown or revoked)",
+            }
+        },
+    )
     with database.reading() as session:
         users = [row[0] for row in session.execute(text("SELECT user_id FROM sessions"))]
     assert users == ["bob"]
@@ -257,17 +341,26 @@ def test_a_session_acts_for_its_own_user_only(make_client: MakeClient, keys: Key
     alice, bob = mint(client, bearer(alice_key)), mint(client, bearer(bob_key))
 
     assert answer(client.get("/memory/diary", headers=bearer(bob))) == (
-        404, {"error": {"code": "not_found", "message": "no memory with key 'diary'"}})
-    assert answer(client.get("/memory", headers=bearer(bob, "alice"))) == (403, {"error": {
-        "code": "forbidden",
-        "message": "a session token acts only for its own user; drop X-User-Id",
-    }})
+        404,
+        {"error": {"code": "not_found", "message": "no memory with key 'diary'"}},
+    )
+    assert answer(client.get("/memory", headers=bearer(bob, "alice"))) == (
+        403,
+        {
+            "error": {
+                "code": "forbidden",
+                "message": "a session token acts only for its own user; drop X-User-Id",
+            }
+        },
+    )
     assert answer(client.get("/memory", headers=bearer(bob, "bob")))[0] == 200
     assert answer(client.delete("/memory", headers=bearer(bob))) == (200, {"deleted": 0})
     # bob ending his session leaves alice's working, and her memory as it was.
     assert answer(client.delete("/sessions/current", headers=bearer(bob))) == (204, None)
     assert answer(client.get("/memory/diary", headers=bearer(alice))) == (
-        200, entry("diary", "alice's diary", 3))
+        200,
+        entry("diary", "alice's diary", 3),
+    )
     # A token that was never minted, of the right shape, is refused like an ended one.
     assert answer(client.get("/memory", headers=bearer("kvs_" + "A" * 43))) == (401, NOT_VALID)
 

@@ -32,20 +32,36 @@ FIVE = {f"fact_{i}": f"the person's fact number {i}" for i in range(5)}
 
 
 def refused_host(host: str) -> dict[str, Any]:
-    return {"error": {"code": "host_not_allowed", "message": (
-        f"Host {host!r} is not a name this server answers to; "
-        "list it in server.allowed_hosts if it is yours")}}
+    return {
+        "error": {
+            "code": "host_not_allowed",
+            "message": (
+                f"Host {host!r} is not a name this server answers to; "
+                "list it in server.allowed_hosts if it is yours"
+            ),
+        }
+    }
 
 
 def refused_origin(origin: str) -> dict[str, Any]:
-    return {"error": {"code": "origin_not_allowed", "message": (
-        f"requests from other sites are refused (Origin: {origin}); "
-        "list the site in server.allowed_origins if it should write here")}}
+    return {
+        "error": {
+            "code": "origin_not_allowed",
+            "message": (
+                f"requests from other sites are refused (Origin: {origin}); "
+                "list the site in server.allowed_origins if it should write here"
+            ),
+        }
+    }
 
 
 def refused_fetch_site(value: str) -> dict[str, Any]:
-    return {"error": {"code": "origin_not_allowed",
-                      "message": f"requests from other sites are refused (Sec-Fetch-Site: {value})"}}
+    return {
+        "error": {
+            "code": "origin_not_allowed",
+            "message": f"requests from other sites are refused (Sec-Fetch-Site: {value})",
+        }
+    }
 
 
 def answer(response: httpx.Response) -> tuple[int, Any]:
@@ -54,7 +70,9 @@ def answer(response: httpx.Response) -> tuple[int, Any]:
 
 def seed(client: TestClient | httpx.Client, headers: dict[str, str] | None = None) -> Any:
     for key, value in FIVE.items():
-        assert client.put(f"/memory/{key}", json={"value": value}, headers=headers).status_code == 201
+        assert (
+            client.put(f"/memory/{key}", json={"value": value}, headers=headers).status_code == 201
+        )
     return client.get("/memory", headers=headers).json()
 
 
@@ -62,9 +80,17 @@ def seed(client: TestClient | httpx.Client, headers: dict[str, str] | None = Non
 
 
 REBOUND_READS = [
-    ("GET", "/memory"), ("GET", "/memory/export"), ("GET", "/conversations"),
-    ("GET", "/memory/fact_0"), ("GET", "/preferences"), ("GET", "/usage"), ("GET", "/healthz"),
-    ("GET", "/metrics"), ("GET", "/ui"), ("GET", "/nowhere"), ("POST", "/mcp"),
+    ("GET", "/memory"),
+    ("GET", "/memory/export"),
+    ("GET", "/conversations"),
+    ("GET", "/memory/fact_0"),
+    ("GET", "/preferences"),
+    ("GET", "/usage"),
+    ("GET", "/healthz"),
+    ("GET", "/metrics"),
+    ("GET", "/ui"),
+    ("GET", "/nowhere"),
+    ("POST", "/mcp"),
     ("DELETE", "/memory"),
 ]
 
@@ -87,11 +113,23 @@ def test_a_rebound_name_is_refused_on_every_route_of_a_live_server(
         assert http.get("/memory").json() == before
 
 
-@pytest.mark.parametrize(("path", "body"), [
-    ("/v1/models", {"error": {"code": "host_not_allowed", "message": refused_host("evil.example")[
-        "error"]["message"], "type": "permission_error", "param": None}}),
-    ("/api/tags", {"error": refused_host("evil.example")["error"]["message"]}),
-])
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (
+            "/v1/models",
+            {
+                "error": {
+                    "code": "host_not_allowed",
+                    "message": refused_host("evil.example")["error"]["message"],
+                    "type": "permission_error",
+                    "param": None,
+                }
+            },
+        ),
+        ("/api/tags", {"error": refused_host("evil.example")["error"]["message"]}),
+    ],
+)
 def test_the_refusal_has_the_shape_of_the_protocol_asked(
     make_client: MakeClient, path: str, body: dict[str, Any]
 ) -> None:
@@ -103,10 +141,18 @@ def test_local_mode_answers_the_loopback_names_and_server_host_only(
     make_client: MakeClient,
 ) -> None:
     client = make_client(server={"host": "127.0.0.9"})
-    answered = ["127.0.0.1", "127.0.0.1:8700", "localhost", "LOCALHOST:1", "[::1]",
-                "[::1]:8700", "127.0.0.9:80"]
+    answered = [
+        "127.0.0.1",
+        "127.0.0.1:8700",
+        "localhost",
+        "LOCALHOST:1",
+        "[::1]",
+        "[::1]:8700",
+        "127.0.0.9:80",
+    ]
     assert [client.get("/memory/export", headers={"Host": h}).status_code for h in answered] == [
-        200] * len(answered)
+        200
+    ] * len(answered)
     # Another loopback address is not a name the person uses for kvmem; an HTTP/1.0 request
     # may carry no Host at all, and no name is not a loopback name either.
     for host in ("127.0.0.2", "", "localhost.evil.example"):
@@ -115,14 +161,24 @@ def test_local_mode_answers_the_loopback_names_and_server_host_only(
 
 def test_keys_mode_answers_any_host_unless_told_otherwise(make_client: MakeClient) -> None:
     any_host = make_client(auth=KEYS_MODE)
-    assert any_host.get("/memory", headers={**AS_SERVICE, "Host": "kvmem.internal:8700"}).status_code == 200
+    assert (
+        any_host.get("/memory", headers={**AS_SERVICE, "Host": "kvmem.internal:8700"}).status_code
+        == 200
+    )
     listed = make_client(auth=KEYS_MODE, server={"allowed_hosts": ["kvmem.example.com"]})
-    assert listed.get("/memory", headers={**AS_SERVICE, "Host": "kvmem.example.com:443"}).status_code == 200
+    assert (
+        listed.get("/memory", headers={**AS_SERVICE, "Host": "kvmem.example.com:443"}).status_code
+        == 200
+    )
     assert answer(listed.get("/memory", headers={**AS_SERVICE, "Host": "evil.example"})) == (
-        403, refused_host("evil.example"))
+        403,
+        refused_host("evil.example"),
+    )
     # Checked before auth: a refused name learns nothing, not even that a key is missing.
     assert answer(listed.get("/memory", headers={"Host": "evil.example"})) == (
-        403, refused_host("evil.example"))
+        403,
+        refused_host("evil.example"),
+    )
 
 
 def test_allowed_hosts_star_allows_any_name_in_local_mode(make_client: MakeClient) -> None:
@@ -130,13 +186,16 @@ def test_allowed_hosts_star_allows_any_name_in_local_mode(make_client: MakeClien
     assert client.get("/memory", headers={"Host": "my-laptop.lan"}).status_code == 200
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("allowed_hosts", "localhost:8700", "is not a host name"),
-    ("allowed_hosts", "http://localhost", "is not a host name"),
-    ("allowed_origins", "https://chat.example.com/", "is not an origin"),
-    ("allowed_origins", "*", "is not an origin"),
-    ("allowed_origins", "chat.example.com", "is not an origin"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("allowed_hosts", "localhost:8700", "is not a host name"),
+        ("allowed_hosts", "http://localhost", "is not a host name"),
+        ("allowed_origins", "https://chat.example.com/", "is not an origin"),
+        ("allowed_origins", "*", "is not an origin"),
+        ("allowed_origins", "chat.example.com", "is not an origin"),
+    ],
+)
 def test_allowed_hosts_and_origins_refuse_what_they_cannot_match(
     tmp_path: Path, field: str, value: str, message: str
 ) -> None:
@@ -147,8 +206,15 @@ def test_allowed_hosts_and_origins_refuse_what_they_cannot_match(
 # --- cross-site writes ----------------------------------------------------------------------
 
 
-FOREIGN_ORIGINS = ["http://evil.example", "null", "http://127.0.0.1:3000", "http://localhost",
-                   "https://127.0.0.1", "http://127.0.0.1.evil.example", "not an origin"]
+FOREIGN_ORIGINS = [
+    "http://evil.example",
+    "null",
+    "http://127.0.0.1:3000",
+    "http://localhost",
+    "https://127.0.0.1",
+    "http://127.0.0.1.evil.example",
+    "not an origin",
+]
 
 
 @pytest.mark.parametrize("origin", FOREIGN_ORIGINS)
@@ -171,11 +237,15 @@ def test_a_write_from_another_origin_is_refused_and_changes_nothing(
         assert answer(response) == (403, refused_origin(origin)), (method, path)
     assert client.get("/memory").json() == before
     # The page itself (same origin), a typed address, curl and the SDKs (no header) write.
-    for headers in ({"Origin": "http://127.0.0.1", "Sec-Fetch-Site": "same-origin"},
-                    {"Sec-Fetch-Site": "none"}, {},
-                    {"Host": "localhost:8700", "Origin": "http://localhost:8700"}):
-        assert client.put("/memory/planted", json={"value": "mine"}, headers=headers).status_code in (
-            200, 201), headers
+    for headers in (
+        {"Origin": "http://127.0.0.1", "Sec-Fetch-Site": "same-origin"},
+        {"Sec-Fetch-Site": "none"},
+        {},
+        {"Host": "localhost:8700", "Origin": "http://localhost:8700"},
+    ):
+        assert client.put(
+            "/memory/planted", json={"value": "mine"}, headers=headers
+        ).status_code in (200, 201), headers
 
 
 @pytest.mark.parametrize("fetch_site", ["cross-site", "same-site", "Cross-Site"])
@@ -189,26 +259,33 @@ def test_a_write_a_browser_calls_cross_site_is_refused_without_an_origin(
     assert client.get("/memory").json() == before
     # Reads are not origin-checked: their answer never reaches a foreign page (no CORS
     # headers), a rebound name is refused by Host, and a link to kvmem from elsewhere works.
-    read = client.get("/memory", headers={"Origin": "http://evil.example", "Sec-Fetch-Site": fetch_site})
+    read = client.get(
+        "/memory", headers={"Origin": "http://evil.example", "Sec-Fetch-Site": fetch_site}
+    )
     assert read.status_code == 200
     assert "access-control-allow-origin" not in read.headers
 
 
 def test_allowed_origins_lets_a_deliberate_embedder_write(make_client: MakeClient) -> None:
-    client = make_client(auth=KEYS_MODE, server={"allowed_origins": ["https://Chat.example.com:443"]})
+    client = make_client(
+        auth=KEYS_MODE, server={"allowed_origins": ["https://Chat.example.com:443"]}
+    )
     embedder = {**AS_SERVICE, "Origin": "https://chat.example.com", "Sec-Fetch-Site": "cross-site"}
     assert client.put("/memory/k", json={"value": "v"}, headers=embedder).status_code == 201
     other = {**AS_SERVICE, "Origin": "https://chat.example.com:8443"}
     assert answer(client.put("/memory/k", json={"value": "w"}, headers=other)) == (
-        403, refused_origin("https://chat.example.com:8443"))
+        403,
+        refused_origin("https://chat.example.com:8443"),
+    )
 
 
 def test_mcp_checks_the_origin_of_every_request(make_client: MakeClient) -> None:
     """The MCP specification asks servers to check Origin on every request, reads included."""
     client = make_client()
     for method in ("GET", "POST", "DELETE"):
-        response = client.request(method, "/mcp", json=MCP_PING,
-                                  headers={**MCP_HEADERS, "Origin": "http://evil.example"})
+        response = client.request(
+            method, "/mcp", json=MCP_PING, headers={**MCP_HEADERS, "Origin": "http://evil.example"}
+        )
         assert answer(response) == (403, refused_origin("http://evil.example")), method
     own = client.post("/mcp", json=MCP_PING, headers={**MCP_HEADERS, "Origin": "http://127.0.0.1"})
     assert answer(own) == (200, {"jsonrpc": "2.0", "id": 1, "result": {}})
@@ -217,20 +294,23 @@ def test_mcp_checks_the_origin_of_every_request(make_client: MakeClient) -> None
 # --- headers on every response --------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("method", "path", "headers", "status"), [
-    ("GET", "/memory", {}, 200),
-    ("GET", "/memory/export", {}, 200),
-    ("GET", "/memory/fact_0", {}, 200),
-    ("GET", "/conversations", {}, 200),
-    ("GET", "/memory/history", {}, 200),
-    ("GET", "/memory/nope", {}, 404),
-    ("GET", "/nowhere", {}, 404),
-    ("POST", "/memory", {}, 405),
-    ("GET", "/memory", {"Host": "evil.example"}, 403),
-    ("DELETE", "/memory", {"Origin": "http://evil.example"}, 403),
-    ("GET", "/healthz", {}, 200),
-    ("POST", "/chat", {}, 400),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "status"),
+    [
+        ("GET", "/memory", {}, 200),
+        ("GET", "/memory/export", {}, 200),
+        ("GET", "/memory/fact_0", {}, 200),
+        ("GET", "/conversations", {}, 200),
+        ("GET", "/memory/history", {}, 200),
+        ("GET", "/memory/nope", {}, 404),
+        ("GET", "/nowhere", {}, 404),
+        ("POST", "/memory", {}, 405),
+        ("GET", "/memory", {"Host": "evil.example"}, 403),
+        ("DELETE", "/memory", {"Origin": "http://evil.example"}, 403),
+        ("GET", "/healthz", {}, 200),
+        ("POST", "/chat", {}, 400),
+    ],
+)
 def test_every_response_is_nosniff_and_not_stored(
     make_client: MakeClient, method: str, path: str, headers: dict[str, str], status: int
 ) -> None:
@@ -246,10 +326,14 @@ def test_the_page_keeps_its_own_caching_and_its_data_is_not_stored(make_client: 
     client = make_client()
     page = client.get("/ui/app.js")
     assert (page.headers["cache-control"], page.headers["x-content-type-options"]) == (
-        "no-cache", "nosniff")
+        "no-cache",
+        "nosniff",
+    )
     data = client.get("/preferences")
     assert (data.headers["cache-control"], data.headers["x-content-type-options"]) == (
-        "no-store", "nosniff")
+        "no-store",
+        "nosniff",
+    )
 
 
 def test_a_stream_is_nosniff_and_not_stored(
@@ -319,7 +403,8 @@ attack();
 
 
 def test_a_page_of_another_origin_can_neither_change_nor_read_the_memory(
-    make_server: Callable[..., LiveServer], chat_sections: Callable[..., dict[str, Any]],
+    make_server: Callable[..., LiveServer],
+    chat_sections: Callable[..., dict[str, Any]],
     upstream: Any,
 ) -> None:
     server = make_server(**chat_sections())
@@ -353,14 +438,21 @@ def test_a_page_of_another_origin_can_neither_change_nor_read_the_memory(
     finally:
         site.stop()
 
-    assert results == {"chat": "opaque", "import": "opaque", "img": "error", "script": "error",
-                       "read": "failed"}
+    assert results == {
+        "chat": "opaque",
+        "import": "opaque",
+        "img": "error",
+        "script": "error",
+        "read": "failed",
+    }
     assert status == 201
     with httpx.Client(base_url=server.url, timeout=20) as http:
         http.delete("/memory/mine")
         assert http.get("/memory").json() == before
         assert {**http.get("/memory/export").json(), "exported_at": None} == {
-            **exported, "exported_at": None}
+            **exported,
+            "exported_at": None,
+        }
         assert http.get("/conversations").json() == {"conversations": [], "next": None}
     assert upstream.requests == []
     assert json.dumps(results).count("fact") == 0

@@ -69,10 +69,24 @@ def client_loop(number: int, url: str, stop: threading.Event, traffic: Traffic) 
     rng = random.Random(number)
     keys: set[str] = set()
     conversations: list[str] = []
-    completion = {"model": f"openai/{MAIN_MODEL}",
-                  "messages": [{"role": "user", "content": "hello there"}]}
-    ops = ["put", "get", "list", "delete", "chat", "stream", "continue", "conversations",
-           "conversation", "completion", "completion_stream", "forget"]
+    completion = {
+        "model": f"openai/{MAIN_MODEL}",
+        "messages": [{"role": "user", "content": "hello there"}],
+    }
+    ops = [
+        "put",
+        "get",
+        "list",
+        "delete",
+        "chat",
+        "stream",
+        "continue",
+        "conversations",
+        "conversation",
+        "completion",
+        "completion_stream",
+        "forget",
+    ]
     weights = [12, 6, 6, 4, 8, 6, 5, 3, 3, 5, 4, 1]
     with httpx.Client(base_url=url, timeout=30) as http:
         while not stop.is_set():
@@ -102,8 +116,14 @@ def client_loop(number: int, url: str, stop: threading.Event, traffic: Traffic) 
                     if response.status_code == 200 and sse_events(response.text)[-1][0] != "done":
                         traffic.error(f"stream without done: {response.text[-200:]}")
                 elif op == "continue" and conversations:
-                    response = http.post("/chat", json={"message": "and then?", "max_turns": 2,
-                                                        "conversation_id": conversations[-1]})
+                    response = http.post(
+                        "/chat",
+                        json={
+                            "message": "and then?",
+                            "max_turns": 2,
+                            "conversation_id": conversations[-1],
+                        },
+                    )
                 elif op == "conversations":
                     response = http.get("/conversations")
                 elif op == "conversation" and conversations:
@@ -111,8 +131,12 @@ def client_loop(number: int, url: str, stop: threading.Event, traffic: Traffic) 
                 elif op == "completion":
                     response = http.post("/v1/chat/completions", json=completion)
                 elif op == "completion_stream":
-                    response = http.post("/v1/chat/completions", json={**completion, "stream": True})
-                    if response.status_code == 200 and not response.text.endswith("data: [DONE]\n\n"):
+                    response = http.post(
+                        "/v1/chat/completions", json={**completion, "stream": True}
+                    )
+                    if response.status_code == 200 and not response.text.endswith(
+                        "data: [DONE]\n\n"
+                    ):
                         traffic.error(f"completion stream without [DONE]: {response.text[-200:]}")
                 else:
                     response = http.get("/memory")

@@ -190,7 +190,9 @@ def test_nul_byte_is_refused(make_store: MakeStore) -> None:
     assert store.snapshot("alice").entries == ()
 
 
-def test_token_limit_exactly_at_the_limit_is_allowed(make_store: MakeStore, make_value: MakeValue) -> None:
+def test_token_limit_exactly_at_the_limit_is_allowed(
+    make_store: MakeStore, make_value: MakeValue
+) -> None:
     store = make_store(tokenLimit=10)
     assert store.set("alice", "a", make_value(4)).total_tokens == 4
     written = store.set("alice", "b", make_value(6))
@@ -198,7 +200,9 @@ def test_token_limit_exactly_at_the_limit_is_allowed(make_store: MakeStore, make
     assert store.snapshot("alice").total_tokens == 10
 
 
-def test_one_token_over_the_limit_is_memory_full(make_store: MakeStore, make_value: MakeValue) -> None:
+def test_one_token_over_the_limit_is_memory_full(
+    make_store: MakeStore, make_value: MakeValue
+) -> None:
     store = make_store(tokenLimit=10)
     store.set("alice", "a", make_value(6))
     with pytest.raises(MemoryFull) as raised:
@@ -289,7 +293,9 @@ def test_get_and_delete(make_store: MakeStore) -> None:
     store = make_store()
     with pytest.raises(NotFound) as raised:
         store.get("alice", "k")
-    assert raised.value.body() == {"error": {"code": "not_found", "message": "no memory with key 'k'"}}
+    assert raised.value.body() == {
+        "error": {"code": "not_found", "message": "no memory with key 'k'"}
+    }
     written = store.set("alice", "k", "v")
     assert store.delete("alice", "k") == written.entry
     with pytest.raises(NotFound):
@@ -317,7 +323,8 @@ def test_users_never_see_each_others_entries(make_store: MakeStore) -> None:
         store.delete("bob", "k")
     assert [(e.key, e.value) for e in store.snapshot("bob").entries] == [("b", "bob's")]
     assert [(e.key, e.value) for e in store.snapshot("alice").entries] == [
-        ("k", "alice's"), ("only_alice", "alice's secret"),
+        ("k", "alice's"),
+        ("only_alice", "alice's secret"),
     ]
     assert store.snapshot("carol").entries == ()  # no row at all
     assert store.clear("bob") == 1
@@ -381,14 +388,19 @@ def test_import_is_all_or_nothing_on_rule_errors(
         assert [(e.key, e.value) for e in store.snapshot("alice").entries] == [("a", "before")]
 
 
-def test_import_is_all_or_nothing_on_the_token_limit(make_store: MakeStore, make_value: MakeValue) -> None:
+def test_import_is_all_or_nothing_on_the_token_limit(
+    make_store: MakeStore, make_value: MakeValue
+) -> None:
     store = make_store(tokenLimit=10)
     store.set("alice", "a", make_value(4))
     with pytest.raises(MemoryFull) as raised:
         store.import_document("alice", [("b", make_value(3)), ("c", make_value(4))])
     # The error names the entry at which the total passes the limit.
     assert raised.value.details == {
-        "token_limit": 10, "total_tokens": 4, "requested_tokens": 7, "key": "c"
+        "token_limit": 10,
+        "total_tokens": 4,
+        "requested_tokens": 7,
+        "key": "c",
     }
     assert [e.key for e in store.snapshot("alice").entries] == ["a"]
     # Replacing a key in the import counts as a replacement.
@@ -397,7 +409,9 @@ def test_import_is_all_or_nothing_on_the_token_limit(make_store: MakeStore, make
     assert store.snapshot("alice").total_tokens == 10
 
 
-def test_import_with_replace_drops_the_other_entries(make_store: MakeStore, make_value: MakeValue) -> None:
+def test_import_with_replace_drops_the_other_entries(
+    make_store: MakeStore, make_value: MakeValue
+) -> None:
     store = make_store(tokenLimit=10)
     store.set("alice", "a", make_value(8))
     store.set("alice", "b", make_value(2))
@@ -445,7 +459,9 @@ def test_rules_from_config() -> None:
     )
 
 
-def _hammer(stores: list[MemoryStore], writes: list[tuple[str, str]]) -> tuple[list[str], list[Exception]]:
+def _hammer(
+    stores: list[MemoryStore], writes: list[tuple[str, str]]
+) -> tuple[list[str], list[Exception]]:
     """Run one `set` per write from its own thread, all released at once."""
     barrier = threading.Barrier(len(writes))
     succeeded: list[str] = []
@@ -464,7 +480,8 @@ def _hammer(stores: list[MemoryStore], writes: list[tuple[str, str]]) -> tuple[l
                 succeeded.append(key)
 
     threads = [
-        threading.Thread(target=write, args=(i, key, value)) for i, (key, value) in enumerate(writes)
+        threading.Thread(target=write, args=(i, key, value))
+        for i, (key, value) in enumerate(writes)
     ]
     for thread in threads:
         thread.start()
@@ -479,7 +496,9 @@ def two_stores(
     database: Database, tokens: TokenCounter, database_url: str
 ) -> Callable[..., list[MemoryStore]]:
     """Two stores on two engines sharing one database file, as two server processes would."""
-    other = Database.from_config(Config.model_validate({"database": {"url": database_url}}).database)
+    other = Database.from_config(
+        Config.model_validate({"database": {"url": database_url}}).database
+    )
 
     def make(**memory: object) -> list[MemoryStore]:
         rules = MemoryRules.from_config(Config.model_validate({"memory": memory}).memory)
@@ -509,9 +528,7 @@ def test_concurrent_mixed_sets_and_replacements_stay_consistent(
 ) -> None:
     stores = two_stores(tokenLimit=60)
     # Sizes 1..10, and every fourth write replaces a shared key.
-    writes = [
-        ("shared" if i % 4 == 0 else f"k{i:02d}", make_value(1 + i % 10)) for i in range(40)
-    ]
+    writes = [("shared" if i % 4 == 0 else f"k{i:02d}", make_value(1 + i % 10)) for i in range(40)]
     succeeded, failed = _hammer(stores, writes)
 
     assert all(isinstance(exc, MemoryFull) for exc in failed), failed

@@ -51,19 +51,25 @@ def test_the_litellm_file_is_tiktokens_o200k_base() -> None:
 
 
 @pytest.mark.parametrize("text", TEXTS)
-def test_counts_equal_tiktoken(tokens: TokenCounter, reference: tiktoken.Encoding, text: str) -> None:
+def test_counts_equal_tiktoken(
+    tokens: TokenCounter, reference: tiktoken.Encoding, text: str
+) -> None:
     assert tokens.encoding.encode_ordinary(text) == reference.encode_ordinary(text)
     assert tokens.count(text) == len(reference.encode_ordinary(text))
 
 
-def test_encoding_definition_equals_tiktoken(tokens: TokenCounter, reference: tiktoken.Encoding) -> None:
+def test_encoding_definition_equals_tiktoken(
+    tokens: TokenCounter, reference: tiktoken.Encoding
+) -> None:
     assert tokens.encoding.name == "o200k_base"
     assert tokens.encoding._pat_str == reference._pat_str
     assert tokens.encoding._special_tokens == reference._special_tokens
     assert tokens.encoding.n_vocab == reference.n_vocab == 200019
 
 
-def test_every_token_decodes_as_tiktokens(tokens: TokenCounter, reference: tiktoken.Encoding) -> None:
+def test_every_token_decodes_as_tiktokens(
+    tokens: TokenCounter, reference: tiktoken.Encoding
+) -> None:
     ordinary = sorted(reference._mergeable_ranks.values())
     assert len(ordinary) == 199998
     assert tokens.encoding.decode_bytes(ordinary) == reference.decode_bytes(ordinary)
@@ -86,14 +92,18 @@ def test_the_encoding_keeps_no_python_copy_of_its_ranks() -> None:
     assert held < 2 * 1024 * 1024
 
 
-def test_special_token_text_counts_as_ordinary_text(tokens: TokenCounter, reference: tiktoken.Encoding) -> None:
+def test_special_token_text_counts_as_ordinary_text(
+    tokens: TokenCounter, reference: tiktoken.Encoding
+) -> None:
     text = "<|endoftext|>"
     assert reference.encode(text, allowed_special="all") == [199999]
     assert tokens.count(text) == len(reference.encode(text, disallowed_special=())) == 7
 
 
 def test_known_counts(tokens: TokenCounter) -> None:
-    assert [tokens.count(t) for t in ["", "hello", "Prefers short answers.", "hello hello hello"]] == [
+    assert [
+        tokens.count(t) for t in ["", "hello", "Prefers short answers.", "hello hello hello"]
+    ] == [
         0,
         1,
         5,

@@ -38,8 +38,10 @@ from tests.support.upstream import Reply, ScriptedUpstream
 SERVICE_KEY = "svc-ui-4d2c7f1e9a"
 VALID_KEYS = ["user_preferences", "learned_facts", "personal_info", "conversation_context"]
 TOKEN_LIMIT = 40
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-       "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'self'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'self'"
+)
 PAGE_FILES = {"/ui", "/ui/app.js", "/ui/style.css", "/ui/icon.svg"}
 # The agent's writes and the server's start are bounded by their own timeouts; these waits
 # only need to be longer than those, with room for a loaded machine.
@@ -70,26 +72,45 @@ def chat_sections(model: ScriptedUpstream, folder: Path, **memory: Any) -> dict[
         "database": {"url": f"sqlite:///{folder / 'kvmem.db'}"},
         "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": model.url, "api_key": "k"},
         "memory": {
-            "agent": {"provider": "openai", "model": AGENT_MODEL, "api_base": model.url,
-                      "api_key": "k", "grace_seconds": 10},
+            "agent": {
+                "provider": "openai",
+                "model": AGENT_MODEL,
+                "api_base": model.url,
+                "api_key": "k",
+                "grace_seconds": 10,
+            },
             **memory,
         },
     }
 
 
 @pytest.fixture(scope="module")
-def keys_server(tmp_path_factory: pytest.TempPathFactory, model: ScriptedUpstream) -> Iterator[ServeProcess]:
+def keys_server(
+    tmp_path_factory: pytest.TempPathFactory, model: ScriptedUpstream
+) -> Iterator[ServeProcess]:
     """`auth.mode: keys`, validKeys, a tokenLimit and `memory.review: per_user`; user
     `veteran` has a key stored before validKeys was set (a key the page must let the server
     refuse)."""
     folder = tmp_path_factory.mktemp("keys")
-    sections = chat_sections(model, folder, validKeys=VALID_KEYS, tokenLimit=TOKEN_LIMIT,
-                             review="per_user")
+    sections = chat_sections(
+        model, folder, validKeys=VALID_KEYS, tokenLimit=TOKEN_LIMIT, review="per_user"
+    )
     sections["auth"] = {"mode": "keys", "service_keys": [SERVICE_KEY]}
     before = {"database": sections["database"]}
     (folder / "before.yaml").write_text(json.dumps(before), encoding="utf-8")
-    seeded = run(["--config", "before.yaml", "memory", "set", "hobby", "Bouldering on Sundays.",
-                  "--user", "veteran"], cwd=folder)
+    seeded = run(
+        [
+            "--config",
+            "before.yaml",
+            "memory",
+            "set",
+            "hobby",
+            "Bouldering on Sundays.",
+            "--user",
+            "veteran",
+        ],
+        cwd=folder,
+    )
     assert seeded.code == 0, seeded.stderr
     server = ServeProcess(folder, sections).start(timeout=120)
     yield server
@@ -97,10 +118,14 @@ def keys_server(tmp_path_factory: pytest.TempPathFactory, model: ScriptedUpstrea
 
 
 @pytest.fixture(scope="module")
-def local_server(tmp_path_factory: pytest.TempPathFactory, model: ScriptedUpstream) -> Iterator[ServeProcess]:
+def local_server(
+    tmp_path_factory: pytest.TempPathFactory, model: ScriptedUpstream
+) -> Iterator[ServeProcess]:
     """`auth.mode: local`, no token limit, and users may not switch memory off."""
     folder = tmp_path_factory.mktemp("local")
-    server = ServeProcess(folder, chat_sections(model, folder, personalize=False)).start(timeout=120)
+    server = ServeProcess(folder, chat_sections(model, folder, personalize=False)).start(
+        timeout=120
+    )
     yield server
     server.stop()
 
@@ -114,8 +139,9 @@ class User:
         self.headers = {"Authorization": f"Bearer {SERVICE_KEY}", "X-User-Id": self.name}
 
     def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        return httpx.request(method, self.server.url + path, headers=self.headers, timeout=WAIT,
-                             **kwargs)
+        return httpx.request(
+            method, self.server.url + path, headers=self.headers, timeout=WAIT, **kwargs
+        )
 
     def put(self, key: str, value: str) -> None:
         assert self.call("PUT", f"/memory/{key}", json={"value": value}).status_code in (200, 201)
@@ -131,8 +157,13 @@ def open_page(browser: Browser) -> Iterator[Callable[..., tuple[Page, PageLog]]]
     """Open a URL in a fresh browser context; on teardown, check what the page did."""
     opened: list[tuple[Any, PageLog, str]] = []
 
-    def open_(url: str, *, expected_statuses: tuple[int, ...] = (), fake_clock: bool = False,
-              **context_options: Any) -> tuple[Page, PageLog]:
+    def open_(
+        url: str,
+        *,
+        expected_statuses: tuple[int, ...] = (),
+        fake_clock: bool = False,
+        **context_options: Any,
+    ) -> tuple[Page, PageLog]:
         context = browser.new_context(**context_options)
         page = context.new_page()
         log = PageLog(expected_statuses=set(expected_statuses))
@@ -152,7 +183,9 @@ def open_page(browser: Browser) -> Iterator[Callable[..., tuple[Page, PageLog]]]
         assert log.unexpected_errors() == []
 
 
-def open_as(open_page: Callable[..., tuple[Page, PageLog]], user: User, **options: Any) -> tuple[Page, PageLog]:
+def open_as(
+    open_page: Callable[..., tuple[Page, PageLog]], user: User, **options: Any
+) -> tuple[Page, PageLog]:
     """The page opened the way a front end links to it: with a session token in the fragment."""
     page, log = open_page(f"{user.server.url}/ui#token={user.session()}", **options)
     expect(memories(page)).to_have_attribute("aria-busy", "false")
@@ -165,8 +198,11 @@ def memories(page: Page) -> Any:
 
 def item(page: Page, key: str) -> Any:
     """The list item of `key` (its heading is the key)."""
-    return memories(page).get_by_role("listitem").filter(
-        has=page.get_by_role("heading", name=key, exact=True))
+    return (
+        memories(page)
+        .get_by_role("listitem")
+        .filter(has=page.get_by_role("heading", name=key, exact=True))
+    )
 
 
 def form(page: Page) -> Any:
@@ -195,8 +231,11 @@ def suggestions(page: Page) -> Any:
 
 def suggestion(page: Page, key: str) -> Any:
     """The suggested memory of `key` (its heading is the key)."""
-    return suggestions(page).get_by_role("listitem").filter(
-        has=page.get_by_role("heading", name=key, exact=True))
+    return (
+        suggestions(page)
+        .get_by_role("listitem")
+        .filter(has=page.get_by_role("heading", name=key, exact=True))
+    )
 
 
 def propose(server: ServeProcess, user: str, key: str, value: str | None) -> None:
@@ -243,7 +282,8 @@ def test_every_page_file_carries_the_csp_and_frame_ancestors_come_from_the_confi
         served = client.get(path)
         assert served.status_code == 200, path
         assert served.headers["content-security-policy"] == CSP.replace(
-            "frame-ancestors 'self'", "frame-ancestors 'self' https://chat.example.com")
+            "frame-ancestors 'self'", "frame-ancestors 'self' https://chat.example.com"
+        )
         assert served.headers["x-content-type-options"] == "nosniff"
     assert client.get("/ui/", follow_redirects=False).headers["location"] == "/ui"
     assert client.get("/ui/../kvmem.db").status_code == 404
@@ -251,14 +291,18 @@ def test_every_page_file_carries_the_csp_and_frame_ancestors_come_from_the_confi
 
 @pytest.mark.parametrize("source", ["https://a.example; script-src *", "'unsafe-inline'", "a b"])
 def test_ui_frame_ancestors_refuses_what_is_not_one_source(tmp_path: Path, source: str) -> None:
-    with pytest.raises(ConfigError, match=r"ui\.frame_ancestors: Value error, .* is not a frame-ancestors source"):
+    with pytest.raises(
+        ConfigError, match=r"ui\.frame_ancestors: Value error, .* is not a frame-ancestors source"
+    ):
         parse_config({"ui": {"frame_ancestors": [source]}}, tmp_path / "memory.yaml", {})
 
 
 # --- local mode ------------------------------------------------------------------------
 
 
-def test_local_mode_needs_no_sign_in_and_adds_and_edits(local_server: ServeProcess, open_page: Any) -> None:
+def test_local_mode_needs_no_sign_in_and_adds_and_edits(
+    local_server: ServeProcess, open_page: Any
+) -> None:
     httpx.delete(f"{local_server.url}/memory")
     page, _ = open_page(f"{local_server.url}/ui")
     expect(page.get_by_text("Nothing is remembered yet.", exact=False)).to_be_visible()
@@ -272,7 +316,9 @@ def test_local_mode_needs_no_sign_in_and_adds_and_edits(local_server: ServeProce
     tokens = httpx.get(f"{local_server.url}/memory/favourite_tea").json()["token_count"]
     expect(entry).to_contain_text(f"{tokens} tokens")
     expect(entry).to_contain_text("manual")
-    expect(entry.get_by_text("just now", exact=True)).to_have_attribute("title", re.compile(r"\d{4}"))
+    expect(entry.get_by_text("just now", exact=True)).to_have_attribute(
+        "title", re.compile(r"\d{4}")
+    )
     expect(page.get_by_label("Value", exact=True)).to_have_value("")
 
     entry.get_by_role("button", name="Edit").click()
@@ -313,12 +359,17 @@ def test_an_agent_write_through_chat_appears_on_reload(
     page, _ = open_as(open_page, user)
     expect(page.get_by_text("Nothing is remembered yet.", exact=False)).to_be_visible()
     model.script(MAIN_MODEL, Reply(content="Noted."))
-    model.script(AGENT_MODEL, Reply(content=None, tool_calls=[
-        set_memory("learned_facts", "Has a cat called Miso.")]))
+    model.script(
+        AGENT_MODEL,
+        Reply(content=None, tool_calls=[set_memory("learned_facts", "Has a cat called Miso.")]),
+    )
     chat = user.call("POST", "/chat", json={"message": "Remember that my cat is called Miso."})
     assert chat.status_code == 200, chat.text
-    wait_until(lambda: user.call("GET", "/memory/learned_facts").status_code == 200, WAIT,
-               "the agent's write")
+    wait_until(
+        lambda: user.call("GET", "/memory/learned_facts").status_code == 200,
+        WAIT,
+        "the agent's write",
+    )
     page.reload()
     entry = item(page, "learned_facts")
     expect(entry).to_contain_text("Has a cat called Miso.")
@@ -365,14 +416,17 @@ def test_a_link_for_another_user_asks_before_switching(
 
     # A link from this very page (only the fragment changes), then a fresh load (the query
     # changes too): each asks, and Stay keeps alice signed in.
-    for url in (f"{keys_server.url}/ui#token={bob.session()}",
-                f"{keys_server.url}/ui?again#token={bob.session()}"):
+    for url in (
+        f"{keys_server.url}/ui#token={bob.session()}",
+        f"{keys_server.url}/ui?again#token={bob.session()}",
+    ):
         page.goto(url)
         dialog = page.get_by_role("dialog", name="Switch user?")
         expect(dialog).to_be_visible()
         expect(dialog).to_have_accessible_description(
             f"You are signed in as “{alice.name}”. "
-            f"This link would sign you in as “{bob.name}” instead.")
+            f"This link would sign you in as “{bob.name}” instead."
+        )
         dialog.get_by_role("button", name=f"Stay signed in as {alice.name}").click()
         expect(dialog).to_be_hidden()
         expect(item(page, "personal_info")).to_contain_text("Name: Alice.")
@@ -394,8 +448,10 @@ def test_a_link_for_another_user_asks_before_switching(
     expect(page.get_by_role("dialog", name="Switch user?")).to_be_hidden()
 
 
-MALFORMED_LINK = ("The link's token could not be read: it is cut short or mistyped. "
-                  "Open the link again from where you found it, or paste a key or token.")
+MALFORMED_LINK = (
+    "The link's token could not be read: it is cut short or mistyped. "
+    "Open the link again from where you found it, or paste a key or token."
+)
 
 
 def test_a_malformed_link_says_so_instead_of_loading_forever(
@@ -412,13 +468,17 @@ def test_a_malformed_link_says_so_instead_of_loading_forever(
     user.put("personal_info", "Name: Ada.")
     page, _ = open_as(open_page, user)
     page.goto(f"{keys_server.url}/ui#token=%E0%A4%A")
-    expect(page.get_by_role("alert").filter(has_text="could not be read")).to_have_text(MALFORMED_LINK)
+    expect(page.get_by_role("alert").filter(has_text="could not be read")).to_have_text(
+        MALFORMED_LINK
+    )
     expect(item(page, "personal_info")).to_contain_text("Name: Ada.")
 
     # local mode needs no token at all: the memory loads, with the same message.
     page, _ = open_page(f"{local_server.url}/ui#token=%E0%A4%A")
     expect(memories(page)).to_have_attribute("aria-busy", "false")
-    expect(page.get_by_role("alert").filter(has_text="could not be read")).to_have_text(MALFORMED_LINK)
+    expect(page.get_by_role("alert").filter(has_text="could not be read")).to_have_text(
+        MALFORMED_LINK
+    )
 
 
 def test_keys_mode_asks_for_a_key_and_shows_why_one_is_refused(
@@ -435,7 +495,8 @@ def test_keys_mode_asks_for_a_key_and_shows_why_one_is_refused(
     field.fill("kvm_not-a-real-key")
     page.get_by_role("button", name="Continue").click()
     expect(page.get_by_role("region", name="Sign in").get_by_role("alert")).to_have_text(
-        "the API key is not valid (unknown or revoked)")
+        "the API key is not valid (unknown or revoked)"
+    )
     assert page.evaluate("sessionStorage.getItem('kvmem.token')") is None
 
     token = user.session()
@@ -444,12 +505,14 @@ def test_keys_mode_asks_for_a_key_and_shows_why_one_is_refused(
     expect(item(page, "user_preferences")).to_contain_text("Metric units.")
 
     # The session ends while the page is open: the next action asks for a key again.
-    ended = httpx.delete(f"{keys_server.url}/sessions/current",
-                         headers={"Authorization": f"Bearer {token}"})
+    ended = httpx.delete(
+        f"{keys_server.url}/sessions/current", headers={"Authorization": f"Bearer {token}"}
+    )
     assert ended.status_code == 204
     item(page, "user_preferences").get_by_role("button", name="Delete").click()
     expect(page.get_by_role("region", name="Sign in").get_by_role("alert")).to_have_text(
-        "the session token is not valid (unknown, ended or expired)")
+        "the session token is not valid (unknown, ended or expired)"
+    )
     expect(field).to_be_focused()
     assert user.call("GET", "/memory/user_preferences").status_code == 200
 
@@ -545,7 +608,10 @@ def test_delete_removes_at_once_and_undo_brings_it_back_for_ten_seconds(
     assert (restored["value"], restored["source"]) == ("Name: Ada.", "revert")
     changes = user.call("GET", "/memory/personal_info/history").json()["changes"]
     assert [(c["op"], c["source"]) for c in changes] == [
-        ("set", "revert"), ("delete", "manual"), ("set", "manual")]
+        ("set", "revert"),
+        ("delete", "manual"),
+        ("set", "manual"),
+    ]
 
     # The offer lasts ten seconds (of the page's clock, stopped here so that a slow
     # machine's real seconds do not count).
@@ -585,7 +651,9 @@ def test_history_lists_each_change_and_restore_sets_it_back(
     assert user.call("GET", "/memory/user_preferences").json()["source"] == "revert"
 
 
-def test_history_lists_every_change_past_one_page(keys_server: ServeProcess, open_page: Any) -> None:
+def test_history_lists_every_change_past_one_page(
+    keys_server: ServeProcess, open_page: Any
+) -> None:
     """The route answers 500 changes at most a page (50 unless asked): the dialog reads on."""
     user = User(keys_server)
     config = parse_config(json.loads(keys_server.config.read_text()), keys_server.config, {}).config
@@ -609,16 +677,21 @@ def test_history_lists_every_change_past_one_page(keys_server: ServeProcess, ope
 # --- the switch, export and import, clear all ------------------------------------------
 
 
-def test_suggested_memories_are_kept_or_dismissed(keys_server: ServeProcess, open_page: Any) -> None:
+def test_suggested_memories_are_kept_or_dismissed(
+    keys_server: ServeProcess, open_page: Any
+) -> None:
     user = User(keys_server)
     user.put("user_preferences", "Long answers.")
     propose(keys_server, user.name, "learned_facts", "Has a cat called Miso.")
     propose(keys_server, user.name, "personal_info", "Lives in Lyon.")
     propose(keys_server, user.name, "user_preferences", None)
     page, _ = open_as(open_page, user)
-    expect(page.get_by_role("heading", name="Suggested memories")).to_have_text("Suggested memories (3)")
+    expect(page.get_by_role("heading", name="Suggested memories")).to_have_text(
+        "Suggested memories (3)"
+    )
     expect(suggestions(page).get_by_role("heading")).to_have_text(
-        ["user_preferences", "personal_info", "learned_facts"])
+        ["user_preferences", "personal_info", "learned_facts"]
+    )
     expect(suggestion(page, "user_preferences")).to_contain_text("forget")
     expect(suggestion(page, "user_preferences")).to_contain_text("Long answers.")
     expect(suggestion(page, "learned_facts")).to_contain_text("remember")
@@ -640,7 +713,9 @@ def test_suggested_memories_are_kept_or_dismissed(keys_server: ServeProcess, ope
     assert user.call("GET", "/memory/proposals").json() == {"proposals": []}
     changes = user.call("GET", "/memory/history").json()["changes"]
     assert [(c["key"], c["op"], c["source"], c["conversation_id"]) for c in changes[:2]] == [
-        ("user_preferences", "delete", "agent", "conv-ui"), ("learned_facts", "set", "agent", "conv-ui")]
+        ("user_preferences", "delete", "agent", "conv-ui"),
+        ("learned_facts", "set", "agent", "conv-ui"),
+    ]
     page.reload()
     expect(memories(page)).to_have_attribute("aria-busy", "false")
     expect(suggestions(page)).to_be_hidden()
@@ -655,12 +730,14 @@ def test_a_suggestion_over_the_token_limit_stays_and_says_why(
     page, _ = open_as(open_page, user, expected_statuses=(409,))
     suggestion(page, "learned_facts").get_by_role("button", name="Keep").click()
     alert = page.get_by_role("alert").filter(has_text="learned_facts")
-    expect(alert).to_have_text("“learned_facts”: storing 7 tokens would take memory to 42 tokens, "
-                               "over the limit of 40")
+    expect(alert).to_have_text(
+        "“learned_facts”: storing 7 tokens would take memory to 42 tokens, over the limit of 40"
+    )
     expect(suggestion(page, "learned_facts")).to_be_visible()
     assert keys_of(page) == ["user_preferences"]
     assert [p["key"] for p in user.call("GET", "/memory/proposals").json()["proposals"]] == [
-        "learned_facts"]
+        "learned_facts"
+    ]
 
 
 def test_each_person_may_ask_to_review_before_remembering(
@@ -743,15 +820,24 @@ def test_a_refused_import_writes_nothing_and_says_why(
     user = User(keys_server)
     page, _ = open_as(open_page, user, expected_statuses=(422,))
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"memories": [{"key": "user_preferences", "value": "ok"},
-                                            {"key": "shoe_size", "value": "42"}]}))
+    bad.write_text(
+        json.dumps(
+            {
+                "memories": [
+                    {"key": "user_preferences", "value": "ok"},
+                    {"key": "shoe_size", "value": "42"},
+                ]
+            }
+        )
+    )
     refused = user.call("POST", "/memory/import", content=bad.read_bytes())
     assert refused.status_code == 422
     with page.expect_file_chooser() as chooser:
         page.get_by_role("button", name="Import").click()
     chooser.value.set_files(str(bad))
     expect(page.get_by_role("alert").filter(has_text="bad.json")).to_have_text(
-        f"bad.json: {refused.json()['error']['message']}")
+        f"bad.json: {refused.json()['error']['message']}"
+    )
     expect(memories(page).get_by_role("listitem")).to_have_count(0)
 
 
@@ -778,7 +864,9 @@ def test_clear_all_asks_first_and_escape_keeps_everything(
 
 def test_values_are_shown_as_text_never_as_html(keys_server: ServeProcess, open_page: Any) -> None:
     user = User(keys_server)
-    hostile = '<img src=x onerror="document.title=\'owned\'"><b>bold</b> & </ul><script>x()</script>'
+    hostile = (
+        "<img src=x onerror=\"document.title='owned'\"><b>bold</b> & </ul><script>x()</script>"
+    )
     user.put("learned_facts", hostile)
     page, _ = open_as(open_page, user)
     expect(item(page, "learned_facts")).to_contain_text(hostile)
@@ -813,11 +901,12 @@ def test_everything_works_from_the_keyboard_with_a_visible_focus(
     expect(page.get_by_label("Value", exact=True)).to_have_value("")
 
 
-def test_the_page_fits_a_360px_screen_in_dark_mode(keys_server: ServeProcess, open_page: Any) -> None:
+def test_the_page_fits_a_360px_screen_in_dark_mode(
+    keys_server: ServeProcess, open_page: Any
+) -> None:
     user = User(keys_server)
     user.put("learned_facts", "A long value without spaces: " + "x" * 120)
-    page, _ = open_as(open_page, user, viewport={"width": 360, "height": 740},
-                      color_scheme="dark")
+    page, _ = open_as(open_page, user, viewport={"width": 360, "height": 740}, color_scheme="dark")
     expect(item(page, "learned_facts")).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= 360
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")
@@ -834,14 +923,19 @@ def test_the_page_benchmark_still_runs(keys_server: ServeProcess, browser: Brows
     user = User(keys_server)
     for key in VALID_KEYS:
         user.put(key, "A value.")
-    times = load_to_render(browser, f"{keys_server.url}/ui#token={user.session()}", 1,
-                           len(VALID_KEYS))
+    times = load_to_render(
+        browser, f"{keys_server.url}/ui#token={user.session()}", 1, len(VALID_KEYS)
+    )
     assert len(times) == 1 and times[0] > 0
 
 
-def test_with_memory_disabled_the_page_says_so(make_server: Callable[..., Any], open_page: Any) -> None:
+def test_with_memory_disabled_the_page_says_so(
+    make_server: Callable[..., Any], open_page: Any
+) -> None:
     server = make_server(memory={"disabled": True})
     page, _ = open_page(f"{server.url}/ui", expected_statuses=(403,))
-    expect(page.get_by_role("status").filter(has_text="Memory is turned off on this server.")).to_be_visible()
+    expect(
+        page.get_by_role("status").filter(has_text="Memory is turned off on this server.")
+    ).to_be_visible()
     expect(form(page)).to_be_hidden()
     expect(memories(page)).to_be_hidden()

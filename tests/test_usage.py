@@ -60,8 +60,15 @@ def wait_records(database: Database, count: int) -> list[dict[str, Any]]:
     return records(database)
 
 
-def past_run(user_id: str, started_at: datetime, tokens: tuple[int, int], *,
-             cost: float | None = None, writes: int = 0, state: str = "done") -> RunUsage:
+def past_run(
+    user_id: str,
+    started_at: datetime,
+    tokens: tuple[int, int],
+    *,
+    cost: float | None = None,
+    writes: int = 0,
+    state: str = "done",
+) -> RunUsage:
     return RunUsage(user_id, None, started_at, 0.5, 1, tokens[0], tokens[1], cost, state, writes)
 
 
@@ -80,8 +87,13 @@ def noon(days_back: int) -> datetime:
 def sums(
     runs: int, input_tokens: int, output_tokens: int, cost: float | None, writes: int
 ) -> dict[str, Any]:
-    return {"agent_runs": runs, "input_tokens": input_tokens, "output_tokens": output_tokens,
-            "cost_usd": cost, "writes": writes}
+    return {
+        "agent_runs": runs,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cost_usd": cost,
+        "writes": writes,
+    }
 
 
 # -- recording real runs -----------------------------------------------------------------------
@@ -92,34 +104,55 @@ def test_a_run_is_recorded_with_the_upstreams_usage(
 ) -> None:
     upstream.script(
         AGENT_MODEL,
-        Reply(content=None, tool_calls=[set_memory("Bad Key", "Berlin")],
-              usage={"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}),
-        Reply(content=None, tool_calls=[set_memory("city", "Berlin")],
-              usage={"prompt_tokens": 130, "completion_tokens": 10, "total_tokens": 140}),
+        Reply(
+            content=None,
+            tool_calls=[set_memory("Bad Key", "Berlin")],
+            usage={"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+        ),
+        Reply(
+            content=None,
+            tool_calls=[set_memory("city", "Berlin")],
+            usage={"prompt_tokens": 130, "completion_tokens": 10, "total_tokens": 140},
+        ),
     )
     client = make_client(**chat_sections())
     reply = client.post("/chat", json={"message": "remember: I live in Berlin"})
     assert reply.status_code == 200
     conversation_id = reply.json()["conversation_id"]
 
-    assert wait_records(database, 1) == [{
-        "user_id": "local", "conversation_id": conversation_id, "model_calls": 2,
-        "input_tokens": 230, "output_tokens": 30, "cost_usd": None, "state": "done", "writes": 1,
-    }]
+    assert wait_records(database, 1) == [
+        {
+            "user_id": "local",
+            "conversation_id": conversation_id,
+            "model_calls": 2,
+            "input_tokens": 230,
+            "output_tokens": 30,
+            "cost_usd": None,
+            "state": "done",
+            "writes": 1,
+        }
+    ]
     usage = client.get("/usage")
-    assert (usage.status_code, usage.json()) == (200, {
-        "days": [{"date": day(0), **sums(1, 230, 30, None, 1)}],
-        "totals": sums(1, 230, 30, None, 1),
-    })
+    assert (usage.status_code, usage.json()) == (
+        200,
+        {
+            "days": [{"date": day(0), **sums(1, 230, 30, None, 1)}],
+            "totals": sums(1, 230, 30, None, 1),
+        },
+    )
 
 
 def test_a_model_in_litellms_price_map_has_a_cost(
     make_client: MakeClient, chat_sections: Sections, upstream: Any, database: Database
 ) -> None:
     # gpt-4o-mini: $0.15 per million input tokens, $0.60 per million output tokens.
-    upstream.script("gpt-4o-mini", Reply(
-        content=None, usage={"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
-    ))
+    upstream.script(
+        "gpt-4o-mini",
+        Reply(
+            content=None,
+            usage={"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100},
+        ),
+    )
     client = make_client(**chat_sections(agent={"model": "gpt-4o-mini"}))
     assert client.post("/chat", json={"message": "hello"}).status_code == 200
     [record] = wait_records(database, 1)
@@ -130,25 +163,31 @@ def test_a_model_in_litellms_price_map_has_a_cost(
 def test_failed_and_timed_out_runs_are_recorded(
     make_client: MakeClient, chat_sections: Sections, upstream: Any, database: Database
 ) -> None:
-    upstream.script(AGENT_MODEL, Reply(status=500, error={"error": {"message": "agent down"}}),
-                    Reply(hang=True))
+    upstream.script(
+        AGENT_MODEL, Reply(status=500, error={"error": {"message": "agent down"}}), Reply(hang=True)
+    )
     client = make_client(**chat_sections(agent={"grace_seconds": 0.2}))
     assert client.post("/chat", json={"message": "one"}).json()["memory"]["agent"] in (
-        "running", "failed")
+        "running",
+        "failed",
+    )
     wait_agents_idle(client)
     assert client.post("/chat", json={"message": "two"}).status_code == 200
     wait_agents_idle(client)
     recorded = wait_records(database, 2)
     assert [(r["state"], r["model_calls"], r["input_tokens"]) for r in recorded] == [
-        ("failed", 1, 0), ("timeout", 1, 0),
+        ("failed", 1, 0),
+        ("timeout", 1, 0),
     ]
 
 
 def test_requests_without_a_run_are_not_recorded(
     make_client: MakeClient, chat_sections: Sections, database: Database, upstream: Any
 ) -> None:
-    enabled, disabled = make_client(**chat_sections()), make_client(
-        **chat_sections(agent={"enabled": False}))
+    enabled, disabled = (
+        make_client(**chat_sections()),
+        make_client(**chat_sections(agent={"enabled": False})),
+    )
     skipped = enabled.post("/chat", json={"message": "hi", "memory": False}).json()
     assert skipped["memory"]["agent"] == "skipped"
     assert disabled.post("/chat", json={"message": "hi"}).json()["memory"]["agent"] == "disabled"
@@ -185,8 +224,9 @@ def test_records_of_runs_ending_together_share_one_write_and_close_writes_the_re
         written.append([run.user_id for run in runs])
 
     async def scenario() -> None:
-        batches = RecordBatches(write, lambda runs, exc: lost.append(
-            ([run.user_id for run in runs], str(exc))))
+        batches = RecordBatches(
+            write, lambda runs, exc: lost.append(([run.user_id for run in runs], str(exc)))
+        )
         for user in ("a", "b", "c"):
             batches.add(past_run(user, noon(0), (1, 1)))
         assert batches.unwritten == 3
@@ -211,7 +251,10 @@ def test_a_batch_of_records_is_stored_in_one_transaction(database: Database) -> 
     usage = UsageStore(database)
     usage.record(*(past_run(user, noon(0), (10, 1)) for user in ("bob", "alice", "bob")))
     assert [(r["user_id"], r["input_tokens"]) for r in records(database)] == [
-        ("bob", 10), ("alice", 10), ("bob", 10)]
+        ("bob", 10),
+        ("alice", 10),
+        ("bob", 10),
+    ]
     assert usage.tokens_today("bob", utcnow()) == 22
 
 
@@ -233,13 +276,16 @@ def test_usage_sums_per_utc_day_newest_first_for_this_user_only(
     client = make_client()
 
     default = client.get("/usage")
-    assert (default.status_code, default.json()) == (200, {
-        "days": [
-            {"date": day(0), **sums(2, 150, 15, 0.5, 1)},
-            {"date": day(2), **sums(1, 7, 3, 0.25, 2)},
-        ],
-        "totals": sums(3, 157, 18, 0.75, 3),
-    })
+    assert (default.status_code, default.json()) == (
+        200,
+        {
+            "days": [
+                {"date": day(0), **sums(2, 150, 15, 0.5, 1)},
+                {"date": day(2), **sums(1, 7, 3, 0.25, 2)},
+            ],
+            "totals": sums(3, 157, 18, 0.75, 3),
+        },
+    )
     assert client.get("/usage?days=2").json() == {
         "days": [{"date": day(0), **sums(2, 150, 15, 0.5, 1)}],
         "totals": sums(2, 150, 15, 0.5, 1),
@@ -250,22 +296,27 @@ def test_usage_sums_per_utc_day_newest_first_for_this_user_only(
 def test_usage_without_runs(make_client: MakeClient) -> None:
     response = make_client().get("/usage?days=1")
     assert (response.status_code, response.json()) == (
-        200, {"days": [], "totals": sums(0, 0, 0, None, 0)}
+        200,
+        {"days": [], "totals": sums(0, 0, 0, None, 0)},
     )
 
 
 @pytest.mark.parametrize("days", ["0", "367", "-1", "1.5", "abc", "", "٣"])
 def test_usage_days_out_of_range_is_400(make_client: MakeClient, days: str) -> None:
     response = make_client().get("/usage", params={"days": days})
-    assert (response.status_code, response.json()) == (400, {"error": {
-        "code": "bad_request", "message": "days must be a whole number from 1 to 366",
-        "param": "days",
-    }})
+    assert (response.status_code, response.json()) == (
+        400,
+        {
+            "error": {
+                "code": "bad_request",
+                "message": "days must be a whole number from 1 to 366",
+                "param": "days",
+            }
+        },
+    )
 
 
-def test_usage_in_keys_mode_is_the_key_owners(
-    make_client: MakeClient, database: Database
-) -> None:
+def test_usage_in_keys_mode_is_the_key_owners(make_client: MakeClient, database: Database) -> None:
     UsageStore(database).record(past_run("alice", noon(0), (10, 1)))
     UsageStore(database).record(past_run("bob", noon(0), (20, 2)))
     client = make_client(auth={"mode": "keys", "service_keys": ["svc"]})
@@ -300,7 +351,9 @@ def test_the_budget_stops_the_agent_for_the_rest_of_the_day(
     assert len(upstream.received(AGENT_MODEL)) == 2
     recorded = wait_records(database, 5)
     assert [(r["state"], r["model_calls"], r["input_tokens"]) for r in recorded[2:]] == [
-        ("done", 1, 10), ("done", 1, 10), ("over_budget", 0, 0),
+        ("done", 1, 10),
+        ("done", 1, 10),
+        ("over_budget", 0, 0),
     ]
     assert client.get("/usage?days=1").json()["totals"] == sums(4, 30, 15, None, 0)
 
@@ -337,8 +390,9 @@ def test_the_budget_counts_runs_whose_records_are_not_written_yet(
         held.released.set()
     assert len(upstream.received(AGENT_MODEL)) == 1
     recorded = wait_records(database, 2)
-    assert [(r["state"], r["model_calls"], r["input_tokens"], r["output_tokens"])
-            for r in recorded] == [("done", 1, 10, 5), ("over_budget", 0, 0, 0)]
+    assert [
+        (r["state"], r["model_calls"], r["input_tokens"], r["output_tokens"]) for r in recorded
+    ] == [("done", 1, 10, 5), ("over_budget", 0, 0, 0)]
 
 
 def test_a_budget_of_zero_allows_no_run(
@@ -352,8 +406,10 @@ def test_a_budget_of_zero_allows_no_run(
 def test_the_budget_holds_across_two_processes(
     database_url: str, database: Database, chat_sections: Sections, upstream: Any, tmp_path: Path
 ) -> None:
-    sections = {"database": {"url": database_url},
-                **chat_sections(agent={"daily_token_budget": 30})}
+    sections = {
+        "database": {"url": database_url},
+        **chat_sections(agent={"daily_token_budget": 30}),
+    }
     servers = [ServeProcess(tmp_path, sections, name=f"replica{index}") for index in range(2)]
     try:
         first, second = (server.start() for server in servers)
@@ -373,7 +429,10 @@ def test_the_budget_holds_across_two_processes(
             server.stop()
     assert len(upstream.received(AGENT_MODEL)) == 2
     assert [r["state"] for r in wait_records(database, 4)] == [
-        "done", "done", "over_budget", "over_budget"
+        "done",
+        "done",
+        "over_budget",
+        "over_budget",
     ]
 
 
@@ -390,17 +449,27 @@ def test_kvmem_usage_prints_per_day_or_per_user(
     config = str(write_config(f'database: {{url: "{database_url}"}}\n'))
 
     alice = run(["usage", "--config", config, "--user", "alice"], cwd=tmp_path)
-    assert (alice.code, alice.json()) == (0, {
-        "days": [{"date": day(0), **sums(1, 100, 10, 0.5, 1)},
-                 {"date": day(3), **sums(1, 1, 1, None, 0)}],
-        "totals": sums(2, 101, 11, 0.5, 1),
-    })
+    assert (alice.code, alice.json()) == (
+        0,
+        {
+            "days": [
+                {"date": day(0), **sums(1, 100, 10, 0.5, 1)},
+                {"date": day(3), **sums(1, 1, 1, None, 0)},
+            ],
+            "totals": sums(2, 101, 11, 0.5, 1),
+        },
+    )
     everyone = run(["usage", "--config", config, "--days", "1"], cwd=tmp_path)
-    assert (everyone.code, everyone.json()) == (0, {
-        "users": [{"user": "bob", **sums(1, 500, 50, None, 0)},
-                  {"user": "alice", **sums(1, 100, 10, 0.5, 1)}],
-        "totals": sums(2, 600, 60, 0.5, 1),
-    })
+    assert (everyone.code, everyone.json()) == (
+        0,
+        {
+            "users": [
+                {"user": "bob", **sums(1, 500, 50, None, 0)},
+                {"user": "alice", **sums(1, 100, 10, 0.5, 1)},
+            ],
+            "totals": sums(2, 600, 60, 0.5, 1),
+        },
+    )
     bad = run(["usage", "--config", config, "--days", "0"], cwd=tmp_path)
     assert bad.code == 2
     assert "0 is not in the range 1<=x<=366" in bad.stderr

@@ -32,8 +32,10 @@ MEMORIES = [
     ("personal_info", "Name: Camille. Works night shifts as a nurse in Lyon.", 9),
     ("learned_facts", "Has two cats, Miso and Tofu. Allergic to penicillin.", 3),
 ]
-AGENT_MEMORY = ("conversation_context", "Planning a cycling trip through the Alps in June; "
-                "wants routes under 80 km a day.")
+AGENT_MEMORY = (
+    "conversation_context",
+    "Planning a cycling trip through the Alps in June; wants routes under 80 km a day.",
+)
 
 
 def fill(server: ServeProcess, upstream: ScriptedUpstream) -> None:
@@ -45,8 +47,14 @@ def fill(server: ServeProcess, upstream: ScriptedUpstream) -> None:
     # One reply: a write that lands needs no second call (a reply left over would be the
     # next run's, in `suggest`).
     upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory(key, value)]))
-    httpx.post(f"{server.url}/chat", json={"message": "Remember: I'm planning a cycling trip "
-               "in the Alps in June, under 80 km a day."}, timeout=30).raise_for_status()
+    httpx.post(
+        f"{server.url}/chat",
+        json={
+            "message": "Remember: I'm planning a cycling trip "
+            "in the Alps in June, under 80 km a day."
+        },
+        timeout=30,
+    ).raise_for_status()
     deadline = time.monotonic() + 30
     while httpx.get(f"{server.url}/memory/{key}").status_code != 200:
         if time.monotonic() > deadline:
@@ -76,11 +84,16 @@ def shoot(url: str, folder: Path) -> list[Path]:
     with sync_playwright() as playwright:
         browser = launch(playwright)
         for name, viewport, scheme in shots:
-            context = browser.new_context(viewport=viewport, color_scheme=scheme,
-                                          device_scale_factor=2 if viewport["width"] < 500 else 1)
+            context = browser.new_context(
+                viewport=viewport,
+                color_scheme=scheme,
+                device_scale_factor=2 if viewport["width"] < 500 else 1,
+            )
             page = context.new_page()
             page.goto(url)
-            page.get_by_role("list", name="Memories", exact=True).get_by_role("listitem").first.wait_for()
+            page.get_by_role("list", name="Memories", exact=True).get_by_role(
+                "listitem"
+            ).first.wait_for()
             path = folder / name
             page.screenshot(path=str(path), full_page=True)
             written.append(path)
@@ -90,8 +103,11 @@ def shoot(url: str, folder: Path) -> list[Path]:
 
 
 SUGGESTIONS = [
-    set_memory("conversation_context", "Planning a cycling trip through the Alps in June; "
-               "booked the Col du Galibier stage for the 14th."),
+    set_memory(
+        "conversation_context",
+        "Planning a cycling trip through the Alps in June; "
+        "booked the Col du Galibier stage for the 14th.",
+    ),
     {"name": "delete_memory", "arguments": {"key": "learned_facts"}},
 ]
 
@@ -100,8 +116,14 @@ def suggest(server: ServeProcess, upstream: ScriptedUpstream) -> None:
     """A chat under review: the agent's writes become the page's suggestions."""
     upstream.script(MAIN_MODEL, Reply(content="Great, the Galibier stage is a classic."))
     upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=SUGGESTIONS))
-    httpx.post(f"{server.url}/chat", json={"message": "I booked the Galibier stage for the "
-               "14th. Oh, and the cats went to my sister's for good."}, timeout=30).raise_for_status()
+    httpx.post(
+        f"{server.url}/chat",
+        json={
+            "message": "I booked the Galibier stage for the "
+            "14th. Oh, and the cats went to my sister's for good."
+        },
+        timeout=30,
+    ).raise_for_status()
     deadline = time.monotonic() + 30
     while len(httpx.get(f"{server.url}/memory/proposals").json()["proposals"]) < len(SUGGESTIONS):
         if time.monotonic() > deadline:
@@ -115,7 +137,9 @@ def shoot_suggestions(url: str, folder: Path) -> Path:
     with sync_playwright() as playwright:
         browser = launch(playwright)
         # Tall enough for every entry: those off screen are not painted (content-visibility).
-        context = browser.new_context(viewport={"width": 1100, "height": 1800}, color_scheme="light")
+        context = browser.new_context(
+            viewport={"width": 1100, "height": 1800}, color_scheme="light"
+        )
         page = context.new_page()
         page.goto(url)
         page.get_by_role("list", name="Suggested memories").get_by_role("listitem").first.wait_for()
@@ -136,8 +160,12 @@ def main(folder: Path) -> None:
             "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": "x"},
             "memory": {
                 "tokenLimit": 200,
-                "agent": {"provider": "openai", "model": AGENT_MODEL, "api_base": upstream.url,
-                          "api_key": "x"},
+                "agent": {
+                    "provider": "openai",
+                    "model": AGENT_MODEL,
+                    "api_base": upstream.url,
+                    "api_key": "x",
+                },
             },
         }
         server = ServeProcess(Path(scratch), sections).start()

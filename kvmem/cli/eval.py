@@ -37,27 +37,61 @@ class PassRate(click.ParamType):
 
 @click.command("eval")
 @config_option
-@click.option("--suite", "suite_path", type=click.Path(dir_okay=False), default=None,
-              help="Scenarios to run (YAML, or JSON lines ending in .jsonl); "
-                   "default: the built-in suite.")
-@click.option("--model", default=None,
-              help="PROVIDER/MODEL to evaluate instead of memory.agent's "
-                   "(its endpoint and key stay).")
-@click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True,
-              help="Runs of each scenario (for models that vary).")
+@click.option(
+    "--suite",
+    "suite_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Scenarios to run (YAML, or JSON lines ending in .jsonl); default: the built-in suite.",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="PROVIDER/MODEL to evaluate instead of memory.agent's (its endpoint and key stay).",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    help="Runs of each scenario (for models that vary).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-@click.option("--min-pass", type=PassRate(), default=0.0, show_default=True,
-              help="Exit 1 when the pass rate (with --gate: the recall) is under this: 0.9 or 90%.")
-@click.option("--gate", is_flag=True,
-              help="Measure the intent gate on the suite's messages instead (no model calls).")
-@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True,
-              help="Scenario runs in flight at once.")
-@click.option("--placement", type=click.Choice(["separate", "inline"]), default=None,
-              help="Score the memory agent (separate) or the main model's markers (inline); "
-                   "default: memory.agent.placement.")
+@click.option(
+    "--min-pass",
+    type=PassRate(),
+    default=0.0,
+    show_default=True,
+    help="Exit 1 when the pass rate (with --gate: the recall) is under this: 0.9 or 90%.",
+)
+@click.option(
+    "--gate",
+    is_flag=True,
+    help="Measure the intent gate on the suite's messages instead (no model calls).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 64),
+    default=4,
+    show_default=True,
+    help="Scenario runs in flight at once.",
+)
+@click.option(
+    "--placement",
+    type=click.Choice(["separate", "inline"]),
+    default=None,
+    help="Score the memory agent (separate) or the main model's markers (inline); "
+    "default: memory.agent.placement.",
+)
 def evaluate(
-    suite_path: str | None, model: str | None, repeat: int, as_json: bool, min_pass: float,
-    gate: bool, concurrency: int, placement: str | None,
+    suite_path: str | None,
+    model: str | None,
+    repeat: int,
+    as_json: bool,
+    min_pass: float,
+    gate: bool,
+    concurrency: int,
+    placement: str | None,
 ) -> None:
     """Measure the memory agent's model on scenarios, each on a fresh temporary store."""
     from kvmem.errors import SuiteError
@@ -73,9 +107,9 @@ def evaluate(
         from kvmem.evaluation import measure_gate
 
         agent = loaded.config.memory.agent
-        summary = GateSummary(tuple(measure_gate(
-            suite.scenarios, agent.trigger_phrases if agent else ()
-        )))
+        summary = GateSummary(
+            tuple(measure_gate(suite.scenarios, agent.trigger_phrases if agent else ()))
+        )
         if as_json:
             print_json({"suite": suite.source, **summary.as_json()})
         else:
@@ -103,8 +137,11 @@ def evaluate(
         fail(f"{loaded.path}: {exc}" if isinstance(exc, ConfigError) else str(exc), 2)
     finally:
         agent_log.setLevel(level)  # as it was (for a caller that runs the command in-process)
-    mode = "inline" if evaluation.inline else (
-        config.memory.agent.mode if config.memory.agent else "tools")
+    mode = (
+        "inline"
+        if evaluation.inline
+        else (config.memory.agent.mode if config.memory.agent else "tools")
+    )
     facts = {"suite": suite.source, "model": evaluation.target.model, "mode": mode}
     if as_json:
         print_json(evaluation_json(results, **facts, repeat=repeat))

@@ -141,9 +141,7 @@ def memory_import(user_id: str, file: str, replace: bool) -> None:
         items = read_document(data)
     store = open_store(loaded)
     with operation():
-        imported = store.import_document(
-            user_id, items, mode="replace" if replace else "merge"
-        )
+        imported = store.import_document(user_id, items, mode="replace" if replace else "merge")
     print_json(imported_json(imported, loaded.config.memory.token_limit))
 
 
@@ -151,10 +149,19 @@ def memory_import(user_id: str, file: str, replace: bool) -> None:
 @config_option
 @user_option
 @click.argument("key", required=False)
-@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True,
-              help="How many changes to show (newest first).")
-@click.option("--before", type=click.IntRange(min=1), default=None,
-              help="Only changes with an id below this (the `next` of the previous page).")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 500),
+    default=50,
+    show_default=True,
+    help="How many changes to show (newest first).",
+)
+@click.option(
+    "--before",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Only changes with an id below this (the `next` of the previous page).",
+)
 def memory_history(user_id: str, key: str | None, limit: int, before: int | None) -> None:
     """Print the user's changes (of KEY, if given), newest first, as GET /memory/history."""
     loaded = loaded_config()

@@ -47,7 +47,10 @@ def user_erase(user_id: str, yes: bool) -> None:
 @config_option
 @click.option("--user", "user_id", default=None, help="Only this user, per UTC day.")
 @click.option(
-    "--days", type=click.IntRange(1, 366), default=30, show_default=True,
+    "--days",
+    type=click.IntRange(1, 366),
+    default=30,
+    show_default=True,
     help="How many UTC days back, today included.",
 )
 def usage(user_id: str | None, days: int) -> None:

@@ -72,8 +72,13 @@ class Turn:
             {"role": "user", "content": self.body.message},
         ]
         call = await MainCall.start(
-            self.services.memory, self.services.client, self.user_id, messages,
-            conversation_id=self.conversation_id, temporary=not self.body.memory, window=window,
+            self.services.memory,
+            self.services.client,
+            self.user_id,
+            messages,
+            conversation_id=self.conversation_id,
+            temporary=not self.body.memory,
+            window=window,
         )
         self.memory = call.memory
         return call
@@ -98,11 +103,17 @@ class Turn:
             log.info("user %s was erased during the turn; not stored", self.user_id)
             return
         except StoreUnavailable as exc:
-            log.warning("turn not stored, store unavailable: user=%s conversation=%s: %s",
-                        self.user_id, self.conversation_id, exc)
+            log.warning(
+                "turn not stored, store unavailable: user=%s conversation=%s: %s",
+                self.user_id,
+                self.conversation_id,
+                exc,
+            )
             return
         if not stored:
-            log.info("conversation %s was deleted during the turn; not stored", self.conversation_id)
+            log.info(
+                "conversation %s was deleted during the turn; not stored", self.conversation_id
+            )
 
     def reply(self, text: str) -> dict[str, Any]:
         """The /chat reply object."""

@@ -25,7 +25,9 @@ async def healthz(request: Request) -> Response:
         "reason": reason,
         "last_error": last_error.as_json(
             with_message=services.auth.holds_service_key(request.headers)
-        ) if last_error else None,
+        )
+        if last_error
+        else None,
     }
     return JSONResponse({"status": "ok", "version": __version__, "store": store, "agent": agent})
 

@@ -136,7 +136,9 @@ def _conversation_id(request: Request, in_body: str | None) -> str | None:
     in_header = check_conversation_id(request.headers.get(CONVERSATION_HEADER))
     in_body = check_conversation_id(in_body)
     if in_header is not None and in_body is not None and in_header != in_body:
-        raise BadRequest("X-Conversation-Id and the body's conversation_id name different conversations")
+        raise BadRequest(
+            "X-Conversation-Id and the body's conversation_id name different conversations"
+        )
     return in_body if in_body is not None else in_header
 
 

@@ -64,8 +64,13 @@ async def _generation(request: Request, shape: type[ChatBody | GenerateBody]) ->
     if body.stream:
         params["stream_options"] = {"include_usage": True}  # for the last line's counts
     call = await MainCall.start(
-        services.memory, services.client, user_id, body.openai_messages(),
-        model=reply.model, params=params, temporary=memory_off(request),
+        services.memory,
+        services.client,
+        user_id,
+        body.openai_messages(),
+        model=reply.model,
+        params=params,
+        temporary=memory_off(request),
     )
     if not body.stream:
         return JSONResponse(reply.whole(await call.complete()))

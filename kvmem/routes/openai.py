@@ -78,7 +78,10 @@ async def chat_completions(request: Request) -> Response:
             + ", ".join(services.config.chat.served_models())
         )
     call = await MainCall.start(
-        services.memory, services.client, user_id, body.messages,
+        services.memory,
+        services.client,
+        user_id,
+        body.messages,
         model=body.model,
         params=body.params(),
         # The client's conversation, so that the history says which one an agent write came from.

@@ -92,13 +92,28 @@ class Plan:
 
 FULL = Plan(mode="full")
 QUICK = Plan(
-    mode="quick", warmup_requests=5, c1_rounds=3, c1_requests=15, c32_rounds=2,
-    c32_requests=96, stream_rounds=3, stream_requests=10, memory_path_iterations=300,
-    writes_single=100, writes_per_writer=4, history_rounds=2, agent_requests=10, agent_concurrency=4,
-    agent_grace=0.5, soak_seconds=8.0, soak_warmup_requests=40, soak_sample_every=1.0,
+    mode="quick",
+    warmup_requests=5,
+    c1_rounds=3,
+    c1_requests=15,
+    c32_rounds=2,
+    c32_requests=96,
+    stream_rounds=3,
+    stream_requests=10,
+    memory_path_iterations=300,
+    writes_single=100,
+    writes_per_writer=4,
+    history_rounds=2,
+    agent_requests=10,
+    agent_concurrency=4,
+    agent_grace=0.5,
+    soak_seconds=8.0,
+    soak_warmup_requests=40,
+    soak_sample_every=1.0,
     # One `kvmem memory list` proves the command runs (the median of five is for the full run;
     # each run is a fresh process importing kvmem, ~1.2 s of CPU).
-    startup_runs=1, memory_list_runs=1,
+    startup_runs=1,
+    memory_list_runs=1,
 )
 
 
@@ -108,12 +123,20 @@ def main() -> int:
         prog="python -m tests.bench", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--quick", action="store_true", help="every section for a few seconds")
-    parser.add_argument("--out", type=Path, default=RESULTS,
-                        help=f"results folder (default {RESULTS})")
-    parser.add_argument("--soak-seconds", type=float, default=None,
-                        help="override the length of the RSS soak (section 6)")
-    parser.add_argument("--keep-workdir", action="store_true",
-                        help="keep the temporary folder with the configs, databases and logs")
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS, help=f"results folder (default {RESULTS})"
+    )
+    parser.add_argument(
+        "--soak-seconds",
+        type=float,
+        default=None,
+        help="override the length of the RSS soak (section 6)",
+    )
+    parser.add_argument(
+        "--keep-workdir",
+        action="store_true",
+        help="keep the temporary folder with the configs, databases and logs",
+    )
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     if args.soak_seconds is not None:
@@ -151,8 +174,9 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
     """Every section, in an order that keeps each one's measurement clean."""
     sections: dict[str, Any] = {}
     with fleet(workdir) as servers:
-        upstream = servers.upstream(plan.main_latency, plan.agent_latency, plan.chunks,
-                                    plan.chunk_delay)
+        upstream = servers.upstream(
+            plan.main_latency, plan.agent_latency, plan.chunks, plan.chunk_delay
+        )
         kvmem = {
             name: servers.kvmem(name, *servers.kvmem_config(name, upstream, agent))
             for name, agent in (
@@ -162,17 +186,25 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
             )
         }
         # The litellm path (section 1b): a provider litellm translates (Anthropic-shaped).
-        litellm_path = servers.kvmem("kvmem_litellm", *servers.kvmem_config(
-            "kvmem_litellm", upstream, None, chat_model=ANTHROPIC_MODEL))
+        litellm_path = servers.kvmem(
+            "kvmem_litellm",
+            *servers.kvmem_config("kvmem_litellm", upstream, None, chat_model=ANTHROPIC_MODEL),
+        )
         # Two more for history's cost (section 4), started now so that they start in parallel.
         history = {
-            days: servers.kvmem(name, *servers.kvmem_config(
-                name, upstream, None, memory_extra={"history": {"keep_days": days}}))
+            days: servers.kvmem(
+                name,
+                *servers.kvmem_config(
+                    name, upstream, None, memory_extra={"history": {"keep_days": days}}
+                ),
+            )
             for name, days in (("kvmem_history_on", 90), ("kvmem_history_off", 0))
         }
         # And one in `auth.mode: keys`, whose service key names a different user per writer.
-        users = servers.kvmem("kvmem_users", *servers.kvmem_config(
-            "kvmem_users", upstream, None, auth=writes_users.KEYS_AUTH))
+        users = servers.kvmem(
+            "kvmem_users",
+            *servers.kvmem_config("kvmem_users", upstream, None, auth=writes_users.KEYS_AUTH),
+        )
         proxy = servers.litellm_proxy(upstream)
         step("starting the upstream, 7 kvmem instances and the LiteLLM proxy")
         upstream.wait_ready(30)
@@ -180,8 +212,10 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
             server.wait_ready(90)
         proxy.wait_ready(180)
         proxy_ready = proxy.ready_seconds
-        step(f"ready: kvmem {[round(s.ready_seconds or 0, 1) for s in kvmem.values()]} s, "
-             f"proxy {proxy_ready:.1f} s (all starting at once)")
+        step(
+            f"ready: kvmem {[round(s.ready_seconds or 0, 1) for s in kvmem.values()]} s, "
+            f"proxy {proxy_ready:.1f} s (all starting at once)"
+        )
         for server in kvmem.values():
             await seed(server.url, memory_items(SEEDED_ENTRIES))
             await check_injection(server, upstream, SEEDED_ENTRIES)
@@ -189,37 +223,59 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
 
         targets = [
             Target("direct", f"{upstream.url}/v1/chat/completions", UPSTREAM_MAIN, upstream.pid),
-            Target("kvmem_off", f"{kvmem['kvmem_off'].url}/v1/chat/completions", MAIN_MODEL,
-                   kvmem["kvmem_off"].pid),
-            Target("kvmem_on", f"{kvmem['kvmem_on'].url}/v1/chat/completions", MAIN_MODEL,
-                   kvmem["kvmem_on"].pid),
+            Target(
+                "kvmem_off",
+                f"{kvmem['kvmem_off'].url}/v1/chat/completions",
+                MAIN_MODEL,
+                kvmem["kvmem_off"].pid,
+            ),
+            Target(
+                "kvmem_on",
+                f"{kvmem['kvmem_on'].url}/v1/chat/completions",
+                MAIN_MODEL,
+                kvmem["kvmem_on"].pid,
+            ),
             Target("litellm_proxy", f"{proxy.url}/v1/chat/completions", MAIN_MODEL, proxy.pid),
         ]
         step("sections 1-2: latency and streaming, targets interleaved")
         sections["latency"], sections["streaming"], raw = await latency.measure(targets, plan)
         step("section 1b: the litellm path (Anthropic-shaped upstream), targets interleaved")
-        sections["litellm_path"] = await latency.measure_c1([
-            targets[0],
-            Target("kvmem_litellm", f"{litellm_path.url}/v1/chat/completions", ANTHROPIC_MODEL,
-                   litellm_path.pid),
-            Target("litellm_proxy", f"{proxy.url}/v1/chat/completions", ANTHROPIC_MODEL,
-                   proxy.pid),
-        ], plan)
+        sections["litellm_path"] = await latency.measure_c1(
+            [
+                targets[0],
+                Target(
+                    "kvmem_litellm",
+                    f"{litellm_path.url}/v1/chat/completions",
+                    ANTHROPIC_MODEL,
+                    litellm_path.pid,
+                ),
+                Target(
+                    "litellm_proxy", f"{proxy.url}/v1/chat/completions", ANTHROPIC_MODEL, proxy.pid
+                ),
+            ],
+            plan,
+        )
         servers.stop(litellm_path)
         servers.stop(proxy)
 
         step("section 5: agent bound (agent model hangs)")
         sections["agent_bound"] = await agent_bound.measure(
-            kvmem["kvmem_hang"], upstream, requests=plan.agent_requests,
-            concurrency=plan.agent_concurrency, grace=plan.agent_grace,
+            kvmem["kvmem_hang"],
+            upstream,
+            requests=plan.agent_requests,
+            concurrency=plan.agent_concurrency,
+            grace=plan.agent_grace,
         )
         servers.stop(kvmem["kvmem_hang"])
 
         step("section 4: memory writes")
-        sections["writes"] = {"sqlite": await write_rounds(kvmem["kvmem_off"].url, plan),
-                              "postgresql": None}
+        sections["writes"] = {
+            "sqlite": await write_rounds(kvmem["kvmem_off"].url, plan),
+            "postgresql": None,
+        }
         sections["writes"]["sqlite"]["50_users"] = await writes.measure_users(
-            users.url, 50, plan.writes_per_writer, 120, writes_users.SERVICE_KEY)
+            users.url, 50, plan.writes_per_writer, 120, writes_users.SERVICE_KEY
+        )
         servers.stop(users)
         step("section 4: the cost of recording history (keep_days 90 vs 0, interleaved)")
         sections["writes"]["history"] = await history_rounds(servers, history, plan)
@@ -248,8 +304,11 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
         fresh, startup_runs = await startup(servers, upstream, plan.startup_runs)
         await seed(fresh.url, memory_items(SEEDED_ENTRIES))
         soak = await footprint.soak(
-            fresh, warmup_requests=plan.soak_warmup_requests, seconds=plan.soak_seconds,
-            concurrency=4, sample_every=plan.soak_sample_every,
+            fresh,
+            warmup_requests=plan.soak_warmup_requests,
+            seconds=plan.soak_seconds,
+            concurrency=4,
+            sample_every=plan.soak_sample_every,
         )
         sections["footprint"] = {
             "soak": soak,
@@ -264,16 +323,19 @@ async def run(plan: Plan, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]
         "mode": plan.mode,
         "started_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, "
-                   f"Python {platform.python_version()}",
+        f"Python {platform.python_version()}",
         "versions": {"kvmem": version("kvmem"), "litellm": version("litellm")},
-        "upstream": {"main_latency_ms": plan.main_latency * 1000,
-                     "agent_latency_ms": plan.agent_latency * 1000,
-                     "chunks": plan.chunks, "chunk_delay_ms": plan.chunk_delay * 1000},
+        "upstream": {
+            "main_latency_ms": plan.main_latency * 1000,
+            "agent_latency_ms": plan.agent_latency * 1000,
+            "chunks": plan.chunks,
+            "chunk_delay_ms": plan.chunk_delay * 1000,
+        },
         "setup": {
             "kvmem": "kvmem serve (uvicorn), auth.mode local, SQLite (WAL), tokenLimit 20000, "
-                     f"user with {SEEDED_ENTRIES} entries injected into every request",
+            f"user with {SEEDED_ENTRIES} entries injected into every request",
             "litellm_proxy": "litellm --config (1 worker), no master key, no database, "
-                             "same model string and upstream as kvmem",
+            "same model string and upstream as kvmem",
             "client": "aiohttp on uvloop, keep-alive connections, one process",
         },
         "plan": asdict(plan),
@@ -297,12 +359,15 @@ async def history_rounds(servers: Fleet, history: dict[int, Server], plan: Plan)
     try:
         # Short batches, alternating, so that both servers see the same machine load.
         return {
-            "1": await writes.history_cost(on, off, 1, max(1, plan.writes_single // 10),
-                                           10 * plan.history_rounds),
-            "50": await writes.history_cost(on, off, 50, max(1, plan.writes_per_writer // 4),
-                                            4 * plan.history_rounds),
-            "store": await asyncio.to_thread(writes.store_cost, servers.workdir,
-                                             plan.writes_single, 2 * plan.history_rounds),
+            "1": await writes.history_cost(
+                on, off, 1, max(1, plan.writes_single // 10), 10 * plan.history_rounds
+            ),
+            "50": await writes.history_cost(
+                on, off, 50, max(1, plan.writes_per_writer // 4), 4 * plan.history_rounds
+            ),
+            "store": await asyncio.to_thread(
+                writes.store_cost, servers.workdir, plan.writes_single, 2 * plan.history_rounds
+            ),
         }
     finally:
         for server in history.values():
@@ -326,13 +391,16 @@ async def startup(servers: Fleet, upstream: Server, runs: int) -> tuple[Server, 
 async def check_injection(server: Server, upstream: Server, count: int) -> None:
     """Make sure a chat request through `server` carries the user's `count` entries."""
     async with session(1) as client:
-        body = json.dumps({"model": MAIN_MODEL,
-                           "messages": [{"role": "user", "content": "hello"}]}).encode()
-        async with client.post(f"{server.url}/v1/chat/completions", data=body,
-                               headers=JSON_HEADERS) as response:
+        body = json.dumps(
+            {"model": MAIN_MODEL, "messages": [{"role": "user", "content": "hello"}]}
+        ).encode()
+        async with client.post(
+            f"{server.url}/v1/chat/completions", data=body, headers=JSON_HEADERS
+        ) as response:
             if response.status != 200:
-                raise RuntimeError(f"{server.name}: chat answered {response.status}: "
-                                   f"{await response.text()}")
+                raise RuntimeError(
+                    f"{server.name}: chat answered {response.status}: {await response.text()}"
+                )
     status, last = await asyncio.to_thread(http_get, upstream.url + "/control/last-main")
     system = json.loads(last)["messages"][0]["content"]
     injected = system.count("\n[")
@@ -349,14 +417,17 @@ def machine_cpu() -> tuple[float, float]:
     return busy, own.user + own.system + own.children_user + own.children_system
 
 
-def other_cpu(before: tuple[float, float], after: tuple[float, float],
-              seconds: float) -> dict[str, float]:
+def other_cpu(
+    before: tuple[float, float], after: tuple[float, float], seconds: float
+) -> dict[str, float]:
     """How much CPU the rest of the machine used during the run: other work skews every
     number, so the report says so."""
     foreign = max(0.0, (after[0] - before[0]) - (after[1] - before[1]))
     cpus = os.cpu_count() or 1
-    return {"cpu_seconds": round(foreign, 1),
-            "share_of_machine": round(foreign / (seconds * cpus), 3) if seconds else 0.0}
+    return {
+        "cpu_seconds": round(foreign, 1),
+        "share_of_machine": round(foreign / (seconds * cpus), 3) if seconds else 0.0,
+    }
 
 
 def step(message: str) -> None:

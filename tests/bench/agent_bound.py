@@ -45,8 +45,9 @@ async def measure(
             while queue:
                 tag = queue.pop()
                 try:
-                    async with client.post(url, data=chat_body(MAIN_MODEL, tag=tag),
-                                           headers=JSON_HEADERS) as response:
+                    async with client.post(
+                        url, data=chat_body(MAIN_MODEL, tag=tag), headers=JSON_HEADERS
+                    ) as response:
                         body = await response.read()
                         ended[tag] = time.monotonic()  # the main response is complete
                         if response.status != 200:
@@ -87,6 +88,9 @@ async def measure(
         "never_cancelled": len(missing),
         "main_errors": len(errors),
         "error_samples": errors[:3],
-        "within_bound": bool(deltas) and not missing and not errors
-        and len(ended) == requests and worst <= grace + SLACK,
+        "within_bound": bool(deltas)
+        and not missing
+        and not errors
+        and len(ended) == requests
+        and worst <= grace + SLACK,
     }

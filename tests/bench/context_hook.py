@@ -45,10 +45,15 @@ async def seed(server: Server) -> None:
     """Give the user `ENTRIES` entries through the REST API."""
     async with session(1) as client:
         for key, value in memory_items(ENTRIES):
-            async with client.put(f"{server.url}/memory/{key}", headers=JSON_HEADERS,
-                                  data=json.dumps({"value": value}).encode()) as response:
+            async with client.put(
+                f"{server.url}/memory/{key}",
+                headers=JSON_HEADERS,
+                data=json.dumps({"value": value}).encode(),
+            ) as response:
                 if response.status not in (200, 201):
-                    raise RuntimeError(f"PUT /memory/{key}: {response.status} {await response.text()}")
+                    raise RuntimeError(
+                        f"PUT /memory/{key}: {response.status} {await response.text()}"
+                    )
 
 
 async def timed(url: str, requests: int, concurrency: int) -> dict[str, Any]:
@@ -75,20 +80,28 @@ async def timed(url: str, requests: int, concurrency: int) -> dict[str, Any]:
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - started
-    return {**summary_ms(latencies), "req_per_s": round(len(latencies) / wall, 1),
-            "errors": len(errors), "error_samples": errors[:3]}
+    return {
+        **summary_ms(latencies),
+        "req_per_s": round(len(latencies) / wall, 1),
+        "errors": len(errors),
+        "error_samples": errors[:3],
+    }
 
 
 async def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     """Start kvmem, seed the user, warm up, then time c=1 and c=32."""
     port = free_port()
     config = workdir / "context.yaml"
-    config.write_text(yaml.safe_dump({
-        "server": {"host": HOST, "port": port},
-        "database": {"url": f"sqlite:///{workdir / 'context.db'}"},
-        "auth": {"mode": "local"},
-        "memory": {"tokenLimit": 20000},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "server": {"host": HOST, "port": port},
+                "database": {"url": f"sqlite:///{workdir / 'context.db'}"},
+                "auth": {"mode": "local"},
+                "memory": {"tokenLimit": 20000},
+            }
+        )
+    )
     with fleet(workdir) as servers:
         server = servers.kvmem("kvmem_context", config, port)
         await asyncio.to_thread(server.wait_ready, 120)
@@ -105,8 +118,10 @@ def table(results: dict[str, Any]) -> str:
     rows = ["| concurrency | requests | p50 | p99 | req/s | errors |", "|---|---|---|---|---|---|"]
     for name in ("c1", "c32"):
         row = results[name]
-        rows.append(f"| {name[1:]} | {row['n']} | {row['p50_ms']} ms | {row['p99_ms']} ms | "
-                    f"{row['req_per_s']} | {row['errors']} |")
+        rows.append(
+            f"| {name[1:]} | {row['n']} | {row['p50_ms']} ms | {row['p99_ms']} ms | "
+            f"{row['req_per_s']} | {row['errors']} |"
+        )
     return "\n".join(rows)
 
 

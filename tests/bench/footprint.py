@@ -43,8 +43,9 @@ def slope_per_minute(samples: list[tuple[float, float]]) -> float:
     return 60 * sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
 
 
-async def mixed_load(server: Server, *, requests: int | None, seconds: float,
-                     concurrency: int, on_tick: Any = None) -> dict[str, int]:
+async def mixed_load(
+    server: Server, *, requests: int | None, seconds: float, concurrency: int, on_tick: Any = None
+) -> dict[str, int]:
     """Chat (plain and streamed) and memory reads and writes, in turn, from `concurrency`
     workers, until `requests` are done (if given) or `seconds` have passed."""
     counts = {"ok": 0, "errors": 0}
@@ -63,8 +64,9 @@ async def mixed_load(server: Server, *, requests: int | None, seconds: float,
                 request = client.post(chat_url, data=streamed, headers=JSON_HEADERS)
             elif kind == 2:
                 value = json.dumps({"value": f"Soak value {issued}."}).encode()
-                request = client.put(f"{server.url}/memory/soak_{issued % 5}", data=value,
-                                     headers=JSON_HEADERS)
+                request = client.put(
+                    f"{server.url}/memory/soak_{issued % 5}", data=value, headers=JSON_HEADERS
+                )
             else:
                 request = client.get(f"{server.url}/memory")
             try:
@@ -94,8 +96,9 @@ async def mixed_load(server: Server, *, requests: int | None, seconds: float,
     return counts
 
 
-async def soak(server: Server, *, warmup_requests: int, seconds: float,
-               concurrency: int, sample_every: float) -> dict[str, Any]:
+async def soak(
+    server: Server, *, warmup_requests: int, seconds: float, concurrency: int, sample_every: float
+) -> dict[str, Any]:
     """RSS after warm-up and after `seconds` of mixed load; growth in MiB/min."""
     warm = await mixed_load(server, requests=warmup_requests, seconds=120, concurrency=concurrency)
     await asyncio.sleep(0.5)
@@ -111,8 +114,9 @@ async def soak(server: Server, *, warmup_requests: int, seconds: float,
             samples.append((now - started, rss_mib(server)))
             last_sample = now
 
-    counts = await mixed_load(server, requests=None, seconds=seconds, concurrency=concurrency,
-                              on_tick=sample)
+    counts = await mixed_load(
+        server, requests=None, seconds=seconds, concurrency=concurrency, on_tick=sample
+    )
     elapsed = time.perf_counter() - started
     await asyncio.sleep(0.5)
     after_load = rss_mib(server)
@@ -136,7 +140,10 @@ def memory_list_seconds(config: Path, runs: int) -> dict[str, Any]:
         started = time.perf_counter()
         done = subprocess.run(
             [*tool("kvmem"), "memory", "list", "--config", str(config)],
-            env=child_env(), stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+            env=child_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
         )
         times.append(time.perf_counter() - started)
         if done.returncode != 0:

@@ -85,8 +85,13 @@ def granian_app() -> Any:
 
 def before_protocol(ref: str) -> types.ModuleType:
     """`kvmem/http_protocol.py` as it was at git `ref`, as a module."""
-    source = subprocess.run(["git", "show", f"{ref}:kvmem/http_protocol.py"], cwd=REPO,
-                            check=True, capture_output=True, text=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{ref}:kvmem/http_protocol.py"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     module = types.ModuleType("kvmem_http_protocol_before")
     exec(compile(source, f"{ref}:kvmem/http_protocol.py", "exec"), module.__dict__)  # noqa: S102
     return module
@@ -104,12 +109,20 @@ def serve(candidate: str, config_path: str) -> None:
 
         server = load_config(find_config_path(config_path, os.environ)).config.server
         Granian(
-            "tests.bench.http_servers:granian_app", factory=True, address=server.host,
-            port=server.port, interface=Interfaces.ASGI, loop="uvloop", http="1",
-            websockets=False, log_level=LOG_LEVEL, log_access=True,
+            "tests.bench.http_servers:granian_app",
+            factory=True,
+            address=server.host,
+            port=server.port,
+            interface=Interfaces.ASGI,
+            loop="uvloop",
+            http="1",
+            websockets=False,
+            log_level=LOG_LEVEL,
+            log_access=True,
             http1_settings=HTTP1Settings(
                 header_read_timeout=int(server.header_timeout_seconds * 1000),
-                max_buffer_size=max(8192, server.max_header_bytes)),
+                max_buffer_size=max(8192, server.max_header_bytes),
+            ),
         ).serve()
         return
     import uvicorn
@@ -123,15 +136,22 @@ def serve(candidate: str, config_path: str) -> None:
         options = module.uvicorn_options(config.server.max_header_bytes)
     else:
         raise SystemExit(f"unknown candidate {candidate!r}")
-    uvicorn.run(app, host=config.server.host, port=config.server.port, log_level=LOG_LEVEL,
-                timeout_graceful_shutdown=config.server.drain_seconds, **options)
+    uvicorn.run(
+        app,
+        host=config.server.host,
+        port=config.server.port,
+        log_level=LOG_LEVEL,
+        timeout_graceful_shutdown=config.server.drain_seconds,
+        **options,
+    )
 
 
 # -- the probes ------------------------------------------------------------------------------
 
 
-def converse(port: int, request: bytes, *, more: bytes = b"", pause: float = 0.0,
-             wait: float = 5.0) -> tuple[bytes, bool, float]:
+def converse(
+    port: int, request: bytes, *, more: bytes = b"", pause: float = 0.0, wait: float = 5.0
+) -> tuple[bytes, bool, float]:
     """Send `request`, then `more` after `pause`; read up to `wait` s. (answer, closed, seconds)."""
     started = time.monotonic()
     answer, closed = b"", False
@@ -178,47 +198,77 @@ def outcome(answer: bytes, closed: bool, seconds: float) -> str:
 
 
 def chunked_put(chunks: bytes) -> bytes:
-    return b"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
+    return (
+        b"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
+    )
 
 
 def probe(port: int) -> dict[str, tuple[str, bool]]:
     """Issue 22's items 1-6 against one server: {item: (what happened, meets section 18)}."""
     results: dict[str, tuple[str, bool]] = {}
     answer, closed, took = converse(
-        port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: ",
-        pause=0.3, more=b"a" * (1024 * 1024))
+        port,
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: ",
+        pause=0.3,
+        more=b"a" * (1024 * 1024),
+    )
     said = statuses(answer)
-    results["1 trailers (1 MiB)"] = (outcome(answer, closed, took),
-                                     closed and bool(said) and said[-1].startswith("431 json"))
-    answer, closed, took = converse(port, b"GET /memory HTTP/1.1\r\nHost: 127.0.0.1\r\n", wait=HEAD_TIMEOUT + 4)
-    results["2 half a head"] = (outcome(answer, closed, took),
-                                closed and statuses(answer) == ["408 json+close"])
+    results["1 trailers (1 MiB)"] = (
+        outcome(answer, closed, took),
+        closed and bool(said) and said[-1].startswith("431 json"),
+    )
+    answer, closed, took = converse(
+        port, b"GET /memory HTTP/1.1\r\nHost: 127.0.0.1\r\n", wait=HEAD_TIMEOUT + 4
+    )
+    results["2 half a head"] = (
+        outcome(answer, closed, took),
+        closed and statuses(answer) == ["408 json+close"],
+    )
     answer, closed, took = converse(port, b"", wait=HEAD_TIMEOUT + 4)
     results["2 idle socket"] = (outcome(answer, closed, took), closed and took < HEAD_TIMEOUT + 2)
     answer, closed, took = converse(port, chunked_put(b"zz\r\n"))
-    results["3 chunk size zz"] = (outcome(answer, closed, took),
-                                  closed and statuses(answer) == ["400 json+close"])
+    results["3 chunk size zz"] = (
+        outcome(answer, closed, took),
+        closed and statuses(answer) == ["400 json+close"],
+    )
     answer, closed, took = converse(
-        port, b"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2000\r\n"
-              b"Expect: 100-continue\r\n\r\n")
-    results["4 413 after Expect (app)"] = (outcome(answer, closed, took),
-                                     closed and statuses(answer) == ["413 json+close"])
+        port,
+        b"PUT /memory/k HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2000\r\n"
+        b"Expect: 100-continue\r\n\r\n",
+    )
+    results["4 413 after Expect (app)"] = (
+        outcome(answer, closed, took),
+        closed and statuses(answer) == ["413 json+close"],
+    )
     body = b'{"value": "v"}'
     answer, closed, took = converse(
-        port, b"PUT /memory/p HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-              + b"GET /memory HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: a\x00b\r\n\r\n")
-    results["5 pipelined then NUL"] = (outcome(answer, closed, took),
-                                       closed and statuses(answer) == ["201", "400 json+close"])
+        port,
+        b"PUT /memory/p HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(body), body)
+        + b"GET /memory HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: a\x00b\r\n\r\n",
+    )
+    results["5 pipelined then NUL"] = (
+        outcome(answer, closed, took),
+        closed and statuses(answer) == ["201", "400 json+close"],
+    )
     with socket.create_connection((HOST, port)) as sock:
-        sock.sendall(b"PUT /memory/g HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{\"va")
+        sock.sendall(
+            b'PUT /memory/g HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"va'
+        )
         time.sleep(0.3)
     time.sleep(0.5)
     _, text = http_get(f"http://{HOST}:{port}/metrics")
-    counted = sorted(line.split('status="')[1][:3] for line in text.decode().splitlines()
-                     if line.startswith("kvmem_http_requests_total") and 'method="PUT"' in line
-                     and "/memory/{key}" in line)
-    results["6 client gone mid-body (app)"] = (f"counted as {', '.join(counted) or 'nothing'}",
-                                               "499" in counted and "500" not in counted)
+    counted = sorted(
+        line.split('status="')[1][:3]
+        for line in text.decode().splitlines()
+        if line.startswith("kvmem_http_requests_total")
+        and 'method="PUT"' in line
+        and "/memory/{key}" in line
+    )
+    results["6 client gone mid-body (app)"] = (
+        f"counted as {', '.join(counted) or 'nothing'}",
+        "499" in counted and "500" not in counted,
+    )
     return results
 
 
@@ -229,8 +279,9 @@ def config_file(servers: Fleet, name: str, upstream: Server) -> tuple[Path, int]
     """The bench's kvmem config (agent off) with the bounds the probes test."""
     path, port = servers.kvmem_config(name, upstream, None)
     config = yaml.safe_load(path.read_text())
-    config["server"].update(max_header_bytes=HEAD_LIMIT, max_body_bytes=BODY_LIMIT,
-                            header_timeout_seconds=HEAD_TIMEOUT)
+    config["server"].update(
+        max_header_bytes=HEAD_LIMIT, max_body_bytes=BODY_LIMIT, header_timeout_seconds=HEAD_TIMEOUT
+    )
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path, port
 
@@ -247,9 +298,12 @@ async def run(quick: bool, workdir: Path, before: str) -> None:
                 started[name] = servers.kvmem(name, path, port)
             else:
                 started[name] = servers.spawn(
-                    name, [sys.executable, "-m", "tests.bench.http_servers", "serve", name, str(path)],
-                    port, "/healthz", env={**os.environ, BEFORE_ENV: before,
-                                           "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+                    name,
+                    [sys.executable, "-m", "tests.bench.http_servers", "serve", name, str(path)],
+                    port,
+                    "/healthz",
+                    env={**os.environ, BEFORE_ENV: before, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+                )
         upstream.wait_ready(60)
         for server in started.values():
             server.wait_ready(120)
@@ -258,27 +312,49 @@ async def run(quick: bool, workdir: Path, before: str) -> None:
         print("| probe | " + " | ".join(CANDIDATES) + " |")
         print("|---|" + "---|" * len(CANDIDATES))
         for item in found["kvmem"]:
-            cells = [f"{found[n][item][0]} ({'yes' if found[n][item][1] else 'no'})" for n in CANDIDATES]
+            cells = [
+                f"{found[n][item][0]} ({'yes' if found[n][item][1] else 'no'})" for n in CANDIDATES
+            ]
             print(f"| {item} | " + " | ".join(cells) + " |")
-        targets = [Target(DIRECT, f"{upstream.url}/v1/chat/completions", UPSTREAM_MAIN, upstream.pid)]
-        targets += [Target(name, f"{server.url}/v1/chat/completions", MAIN_MODEL, server.pid)
-                    for name, server in started.items()]
+        targets = [
+            Target(DIRECT, f"{upstream.url}/v1/chat/completions", UPSTREAM_MAIN, upstream.pid)
+        ]
+        targets += [
+            Target(name, f"{server.url}/v1/chat/completions", MAIN_MODEL, server.pid)
+            for name, server in started.items()
+        ]
         await latency.warm_up(targets, 5 if quick else 50)
-        c32 = latency.latency_table(await latency.interleave(
-            targets, rounds=rounds, requests=requests, concurrency=32, seconds_per_batch=60))
-        streamed = latency.streaming_table(await latency.interleave(
-            targets, rounds=stream_rounds, requests=stream_requests, concurrency=1,
-            seconds_per_batch=60, stream=True))
-        print(f"\n## Load ({'quick' if quick else 'full'}: c=32 {rounds}x{requests} requests, "
-              f"streamed c=1 {stream_rounds}x{stream_requests}; candidates interleaved)\n")
-        print("| target | c=32 req/s | c=32 p50 ms | c=32 p99 ms | server CPU ms/req "
-              "| TTFB p50 ms | TTFB p99 ms | errors |")
+        c32 = latency.latency_table(
+            await latency.interleave(
+                targets, rounds=rounds, requests=requests, concurrency=32, seconds_per_batch=60
+            )
+        )
+        streamed = latency.streaming_table(
+            await latency.interleave(
+                targets,
+                rounds=stream_rounds,
+                requests=stream_requests,
+                concurrency=1,
+                seconds_per_batch=60,
+                stream=True,
+            )
+        )
+        print(
+            f"\n## Load ({'quick' if quick else 'full'}: c=32 {rounds}x{requests} requests, "
+            f"streamed c=1 {stream_rounds}x{stream_requests}; candidates interleaved)\n"
+        )
+        print(
+            "| target | c=32 req/s | c=32 p50 ms | c=32 p99 ms | server CPU ms/req "
+            "| TTFB p50 ms | TTFB p99 ms | errors |"
+        )
         print("|---|---|---|---|---|---|---|---|")
         for target in targets:
             row, stream = c32[target.name], streamed[target.name]
-            print(f"| {target.name} | {row['rps']} | {row['p50_ms']} | {row['p99_ms']} | "
-                  f"{row['server_cpu_ms_per_request']} | {stream['ttfb_p50_ms']} | "
-                  f"{stream['ttfb_p99_ms']} | {row['errors'] + stream['errors']} |")
+            print(
+                f"| {target.name} | {row['rps']} | {row['p50_ms']} | {row['p99_ms']} | "
+                f"{row['server_cpu_ms_per_request']} | {stream['ttfb_p50_ms']} | "
+                f"{stream['ttfb_p99_ms']} | {row['errors'] + stream['errors']} |"
+            )
 
 
 def main() -> int:
@@ -286,14 +362,17 @@ def main() -> int:
     if sys.argv[1:2] == ["serve"]:
         serve(sys.argv[2], sys.argv[3])
         return 0
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.http_servers",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.http_servers", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--quick", action="store_true", help="a few seconds of load")
     parser.add_argument("--before", default=BEFORE_REF, help="git ref of the protocol before")
     args = parser.parse_args()
     tool("kvmem")  # fail early when kvmem is not installed beside this Python
-    with tempfile.TemporaryDirectory(prefix="kvmem-http-") as folder, \
-            asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+    with (
+        tempfile.TemporaryDirectory(prefix="kvmem-http-") as folder,
+        asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner,
+    ):
         runner.run(run(args.quick, Path(folder), args.before))
     return 0
 

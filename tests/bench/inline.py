@@ -43,8 +43,13 @@ from tests.support.apps import (  # noqa: E402
 from tests.support.upstream import Reply, ScriptedUpstream  # noqa: E402
 
 ANSWER = "Sure, here is what I would suggest for that: start small and keep notes."
-FACTS = [("city", "Berlin"), ("diet", "vegetarian"), ("language", "learning German, level A2"),
-         ("name", "Ada"), ("code_style", "TypeScript for code answers")]
+FACTS = [
+    ("city", "Berlin"),
+    ("diet", "vegetarian"),
+    ("language", "learning German, level A2"),
+    ("name", "Ada"),
+    ("code_style", "TypeScript for code answers"),
+]
 
 
 def turns(count: int) -> list[tuple[str, tuple[str, str] | None]]:
@@ -59,23 +64,37 @@ def turns(count: int) -> list[tuple[str, tuple[str, str] | None]]:
     return out
 
 
-def app(name: str, upstream: ScriptedUpstream, folder: Path, tokens: TokenCounter,
-        placement: str) -> TestClient:
-    config = Config.model_validate({
-        "database": {"url": f"sqlite:///{folder / f'{name}.db'}"},
-        "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": "k"},
-        "memory": {"agent": {"provider": "openai", "model": AGENT_MODEL, "api_base": upstream.url,
-                             "api_key": "k", "placement": placement}},
-    })
+def app(
+    name: str, upstream: ScriptedUpstream, folder: Path, tokens: TokenCounter, placement: str
+) -> TestClient:
+    config = Config.model_validate(
+        {
+            "database": {"url": f"sqlite:///{folder / f'{name}.db'}"},
+            "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": "k"},
+            "memory": {
+                "agent": {
+                    "provider": "openai",
+                    "model": AGENT_MODEL,
+                    "api_base": upstream.url,
+                    "api_key": "k",
+                    "placement": placement,
+                }
+            },
+        }
+    )
     database = Database.from_config(config.database)
     upgrade(database.engine)
     return TestClient(create_app(config, database=database, tokens=tokens), base_url=LOCAL_URL)
 
 
-def play(placement: str, count: int, upstream: ScriptedUpstream, folder: Path,
-         tokens: TokenCounter) -> dict[str, Any]:
+def play(
+    placement: str, count: int, upstream: ScriptedUpstream, folder: Path, tokens: TokenCounter
+) -> dict[str, Any]:
     """Play the turns on a fresh app; the upstream calls and tokens they cost."""
-    main_before, agent_before = len(upstream.received(MAIN_MODEL)), len(upstream.received(AGENT_MODEL))
+    main_before, agent_before = (
+        len(upstream.received(MAIN_MODEL)),
+        len(upstream.received(AGENT_MODEL)),
+    )
     marker_tokens = agent_output = 0
     with app(placement, upstream, folder, tokens, placement) as client:
         conversation_id = None
@@ -109,13 +128,15 @@ def play(placement: str, count: int, upstream: ScriptedUpstream, folder: Path,
     }
 
 
-def stream_timing(upstream: ScriptedUpstream, folder: Path, tokens: TokenCounter,
-                  requests: int) -> dict[str, tuple[float, float]]:
+def stream_timing(
+    upstream: ScriptedUpstream, folder: Path, tokens: TokenCounter, requests: int
+) -> dict[str, tuple[float, float]]:
     """Per placement: median time to the first chunk (ms) and per chunk after it (µs) of
     streamed /v1 replies of 200 chunks, the two apps taking turns (so load hits both alike)."""
     pieces = [f"word{i} " for i in range(199)] + ["[MEMORY: city = Berlin]"]
     samples: dict[str, tuple[list[float], list[float]]] = {
-        p: ([], []) for p in ("separate", "inline")}
+        p: ([], []) for p in ("separate", "inline")
+    }
     clients = {p: app(f"{p}-stream", upstream, folder, tokens, p) for p in samples}
     for client in clients.values():
         client.__enter__()
@@ -125,10 +146,15 @@ def stream_timing(upstream: ScriptedUpstream, folder: Path, tokens: TokenCounter
                 upstream.script(MAIN_MODEL, Reply(chunks=pieces))
                 started = time.perf_counter()
                 ttfb = None
-                with client.stream("POST", "/v1/chat/completions", json={
-                    "model": f"openai/{MAIN_MODEL}", "stream": True,
-                    "messages": [{"role": "user", "content": "Tell me a story."}],
-                }) as response:
+                with client.stream(
+                    "POST",
+                    "/v1/chat/completions",
+                    json={
+                        "model": f"openai/{MAIN_MODEL}",
+                        "stream": True,
+                        "messages": [{"role": "user", "content": "Tell me a story."}],
+                    },
+                ) as response:
                     for _line in response.iter_lines():
                         if ttfb is None:
                             ttfb = time.perf_counter() - started
@@ -140,8 +166,10 @@ def stream_timing(upstream: ScriptedUpstream, folder: Path, tokens: TokenCounter
     finally:
         for client in clients.values():
             client.__exit__(None, None, None)
-    return {p: (statistics.median(first), statistics.median(chunk))
-            for p, (first, chunk) in samples.items()}
+    return {
+        p: (statistics.median(first), statistics.median(chunk))
+        for p, (first, chunk) in samples.items()
+    }
 
 
 def filter_cost(repeats: int) -> tuple[float, float]:
@@ -176,24 +204,32 @@ def main() -> int:
     scale = 100 / count
     instructions = tokens.count("\n\n" + render_marker_instructions(None, 10_000))
     print(f"\n## Inline memory: per 100 chat turns ({count} played, one in ten asks to remember)\n")
-    print("| placement | upstream calls | agent calls | agent input tokens | agent output tokens "
-          "| instruction tokens added to main calls | marker tokens written | facts stored |")
+    print(
+        "| placement | upstream calls | agent calls | agent input tokens | agent output tokens "
+        "| instruction tokens added to main calls | marker tokens written | facts stored |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for placement, r in results.items():
         added = instructions * r["main_calls"] if placement == "inline" else 0
-        print(f"| {placement} | {(r['main_calls'] + r['agent_calls']) * scale:.0f} "
-              f"| {r['agent_calls'] * scale:.0f} | {r['agent_input'] * scale:,.0f} "
-              f"| {r['agent_output'] * scale:,.0f} | {added * scale:,.0f} "
-              f"| {r['marker_tokens'] * scale:,.0f} | {r['stored']} |")
-    print(f"\nInstruction tokens `inline` adds to every main call (no `validKeys`): {instructions}.")
+        print(
+            f"| {placement} | {(r['main_calls'] + r['agent_calls']) * scale:.0f} "
+            f"| {r['agent_calls'] * scale:.0f} | {r['agent_input'] * scale:,.0f} "
+            f"| {r['agent_output'] * scale:,.0f} | {added * scale:,.0f} "
+            f"| {r['marker_tokens'] * scale:,.0f} | {r['stored']} |"
+        )
+    print(
+        f"\nInstruction tokens `inline` adds to every main call (no `validKeys`): {instructions}."
+    )
     print("\n## Inline memory: streaming cost (`/v1/chat/completions`, 200 chunks, in process)\n")
     print("| placement | time to first chunk, median | per chunk after it, median |")
     print("|---|---:|---:|")
     for placement, (ttfb, chunk) in timing.items():
         print(f"| {placement} | {ttfb:.1f} ms | {chunk:.0f} µs |")
     plain, marked = filter_cost(20 if quick else 2000)
-    print(f"\nThe filter alone: {plain:.2f} µs per chunk of plain text, "
-          f"{marked:.2f} µs per chunk of a reply ending in markers.")
+    print(
+        f"\nThe filter alone: {plain:.2f} µs per chunk of plain text, "
+        f"{marked:.2f} µs per chunk of a reply ending in markers."
+    )
     return 0
 
 

@@ -98,12 +98,21 @@ def play(
     tokens: TokenCounter,
 ) -> dict[str, Any]:
     """Play `conversation` on a fresh app with `trigger`; what the agent was sent."""
-    config = Config.model_validate({
-        "database": {"url": f"sqlite:///{workdir / f'{trigger}.db'}"},
-        "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": "k"},
-        "memory": {"agent": {"provider": "openai", "model": AGENT_MODEL,
-                             "api_base": upstream.url, "api_key": "k", "trigger": trigger}},
-    })
+    config = Config.model_validate(
+        {
+            "database": {"url": f"sqlite:///{workdir / f'{trigger}.db'}"},
+            "chat": {"model": f"openai/{MAIN_MODEL}", "api_base": upstream.url, "api_key": "k"},
+            "memory": {
+                "agent": {
+                    "provider": "openai",
+                    "model": AGENT_MODEL,
+                    "api_base": upstream.url,
+                    "api_key": "k",
+                    "trigger": trigger,
+                }
+            },
+        }
+    )
     database = Database.from_config(config.database)
     upgrade(database.engine)
     before = len(upstream.received(AGENT_MODEL))
@@ -123,7 +132,8 @@ def play(
     requests = upstream.received(AGENT_MODEL)[before:]
     sent = [r.messages[-1]["content"] for r in requests]
     reached = {
-        message for message, kind in conversation
+        message
+        for message, kind in conversation
         if kind == "memory" and any(text.endswith(f"Human: {message}") for text in sent)
     }
     return {
@@ -168,9 +178,11 @@ def heldout_table() -> list[str]:
             out.append(f"{100 * hits / len(of):.1f} % ({hits}/{len(of)})" if of else "-")
         return " | ".join(out)
 
-    rows = ["| messages | explicit requests passed | implicit updates passed | chit-chat skipped |",
-            "|---|---:|---:|---:|",
-            f"| round 1, all ({len(first)}) | {cells(first)} |"]
+    rows = [
+        "| messages | explicit requests passed | implicit updates passed | chit-chat skipped |",
+        "|---|---:|---:|---:|",
+        f"| round 1, all ({len(first)}) | {cells(first)} |",
+    ]
     for lang in HELDOUT_LANGUAGES:
         selected = [m for m in first if m["lang"] == lang]
         rows.append(f"| round 1, {lang} ({len(selected)}) | {cells(selected)} |")
@@ -196,18 +208,26 @@ def main() -> int:
     kinds = [kind for _, kind in conversation]
     memory_messages = kinds.count("memory")
     print(f"\n## Intent gate: agent calls on a {len(conversation)}-message conversation\n")
-    print(f"{memory_messages} memory requests or updates, {kinds.count('about memory')} "
-          f"messages about memory, {kinds.count('chat')} chit-chat.\n")
-    print("| trigger | agent calls | agent input tokens | gated | memory messages that reached the agent |")
+    print(
+        f"{memory_messages} memory requests or updates, {kinds.count('about memory')} "
+        f"messages about memory, {kinds.count('chat')} chit-chat.\n"
+    )
+    print(
+        "| trigger | agent calls | agent input tokens | gated | memory messages that reached the agent |"
+    )
     print("|---|---:|---:|---:|---:|")
     for trigger, r in results.items():
-        print(f"| {trigger} | {r['calls']} | {r['input_tokens']:,} | {r['gated']} | "
-              f"{r['memory_reached']}/{memory_messages} |")
+        print(
+            f"| {trigger} | {r['calls']} | {r['input_tokens']:,} | {r['gated']} | "
+            f"{r['memory_reached']}/{memory_messages} |"
+        )
     always, intent = results["always"], results["intent"]
-    print(f"\nSaved by `trigger: intent`: {always['calls'] - intent['calls']} of "
-          f"{always['calls']} agent calls ({1 - intent['calls'] / always['calls']:.0%}), "
-          f"{always['input_tokens'] - intent['input_tokens']:,} of {always['input_tokens']:,} "
-          f"agent input tokens ({1 - intent['input_tokens'] / always['input_tokens']:.0%}).")
+    print(
+        f"\nSaved by `trigger: intent`: {always['calls'] - intent['calls']} of "
+        f"{always['calls']} agent calls ({1 - intent['calls'] / always['calls']:.0%}), "
+        f"{always['input_tokens'] - intent['input_tokens']:,} of {always['input_tokens']:,} "
+        f"agent input tokens ({1 - intent['input_tokens'] / always['input_tokens']:.0%})."
+    )
     median, worst = gate_timing(conversation, 20 if quick else 2000)
     print(f"Gate time per message: median {median:.0f} µs, max {worst:.0f} µs.")
     print("\n## Intent gate: the held-out rounds\n")

@@ -101,8 +101,13 @@ async def interleave(
             for target in targets:
                 cpu_before = target.cpu_seconds()
                 batch = await run_batch(
-                    clients[target.name], target.url, bodies[target.name], requests=requests,
-                    concurrency=concurrency, seconds=seconds_per_batch, stream=stream,
+                    clients[target.name],
+                    target.url,
+                    bodies[target.name],
+                    requests=requests,
+                    concurrency=concurrency,
+                    seconds=seconds_per_batch,
+                    stream=stream,
                 )
                 series[target.name].add(batch, target.cpu_seconds() - cpu_before)
                 await asyncio.sleep(0.05)  # let the previous target's leftovers settle
@@ -111,16 +116,24 @@ async def interleave(
     return series
 
 
-async def warm_up(targets: list[Target], requests: int,
-                  streams: tuple[bool, ...] = (False, True)) -> None:
+async def warm_up(
+    targets: list[Target], requests: int, streams: tuple[bool, ...] = (False, True)
+) -> None:
     """A few unmeasured requests to each target, plain and streamed, at c=1 and c=8."""
     for target in targets:
         async with session(8) as client:
             for stream in streams:
                 body = chat_body(target.model, stream=stream)
                 for concurrency in (1, 8):
-                    batch = await run_batch(client, target.url, body, requests=requests,
-                                            concurrency=concurrency, seconds=30, stream=stream)
+                    batch = await run_batch(
+                        client,
+                        target.url,
+                        body,
+                        requests=requests,
+                        concurrency=concurrency,
+                        seconds=30,
+                        stream=stream,
+                    )
                     if batch.errors:
                         raise RuntimeError(
                             f"{target.name} failed during warm-up ({batch.errors} errors): "
@@ -140,7 +153,8 @@ def latency_table(series: dict[str, Series]) -> dict[str, dict[str, Any]]:
         row.update(
             rps=round(one.rps, 1),
             server_cpu_ms_per_request=round(1000 * one.cpu / len(one.latencies), 2)
-            if one.latencies else None,
+            if one.latencies
+            else None,
             added_p50_ms=ms(p50 - direct_p50),
             added_p99_ms=ms(p99 - direct_p99),
             round_p50s_ms=[ms(v) for v in one.round_p50s],
@@ -164,9 +178,12 @@ def streaming_table(series: dict[str, Series]) -> dict[str, dict[str, Any]]:
     table: dict[str, dict[str, Any]] = {}
     for name, one in series.items():
         row: dict[str, Any] = {
-            "n": len(one.latencies), "errors": one.errors, "error_samples": one.error_samples,
+            "n": len(one.latencies),
+            "errors": one.errors,
+            "error_samples": one.error_samples,
             "server_cpu_ms_per_request": round(1000 * one.cpu / len(one.latencies), 2)
-            if one.latencies else None,
+            if one.latencies
+            else None,
         }
         for label, values in (("ttfb", one.first_bytes), ("ttlb", one.latencies)):
             p50, p99 = percentile(values, 50), percentile(values, 99)
@@ -182,8 +199,13 @@ def streaming_table(series: dict[str, Series]) -> dict[str, dict[str, Any]]:
 async def measure_c1(targets: list[Target], plan: Any) -> dict[str, Any]:
     """Only the non-streamed c=1 rounds (the first target is the direct one)."""
     await warm_up(targets, plan.warmup_requests, streams=(False,))
-    c1 = await interleave(targets, rounds=plan.c1_rounds, requests=plan.c1_requests,
-                          concurrency=1, seconds_per_batch=plan.batch_seconds)
+    c1 = await interleave(
+        targets,
+        rounds=plan.c1_rounds,
+        requests=plan.c1_requests,
+        concurrency=1,
+        seconds_per_batch=plan.batch_seconds,
+    )
     return latency_table(c1)
 
 
@@ -192,13 +214,28 @@ async def measure(
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, list[float]]]:
     """Sections 1 and 2; also the raw c=1 latencies (ms) for the plot."""
     await warm_up(targets, plan.warmup_requests)
-    c1 = await interleave(targets, rounds=plan.c1_rounds, requests=plan.c1_requests,
-                          concurrency=1, seconds_per_batch=plan.batch_seconds)
-    c32 = await interleave(targets, rounds=plan.c32_rounds, requests=plan.c32_requests,
-                           concurrency=32, seconds_per_batch=plan.batch_seconds)
-    streamed = await interleave(targets, rounds=plan.stream_rounds,
-                                requests=plan.stream_requests, concurrency=1,
-                                seconds_per_batch=plan.batch_seconds, stream=True)
+    c1 = await interleave(
+        targets,
+        rounds=plan.c1_rounds,
+        requests=plan.c1_requests,
+        concurrency=1,
+        seconds_per_batch=plan.batch_seconds,
+    )
+    c32 = await interleave(
+        targets,
+        rounds=plan.c32_rounds,
+        requests=plan.c32_requests,
+        concurrency=32,
+        seconds_per_batch=plan.batch_seconds,
+    )
+    streamed = await interleave(
+        targets,
+        rounds=plan.stream_rounds,
+        requests=plan.stream_requests,
+        concurrency=1,
+        seconds_per_batch=plan.batch_seconds,
+        stream=True,
+    )
     latency = {"c1": latency_table(c1), "c32": latency_table(c32)}
     streaming = {"c1": streaming_table(streamed)}
     raw = {
@@ -206,4 +243,3 @@ async def measure(
         "ttfb_c1": {name: [v * 1000 for v in s.first_bytes] for name, s in streamed.items()},
     }
     return latency, streaming, raw
-

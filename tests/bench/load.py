@@ -111,11 +111,14 @@ async def seed(base_url: str, items: Sequence[tuple[str, str]]) -> None:
     async with session(1) as client:
         for key, value in items:
             body = json.dumps({"value": value}).encode()
-            async with client.put(f"{base_url}/memory/{key}", data=body,
-                                  headers=JSON_HEADERS) as response:
+            async with client.put(
+                f"{base_url}/memory/{key}", data=body, headers=JSON_HEADERS
+            ) as response:
                 if response.status not in (200, 201):
-                    raise RuntimeError(f"{base_url}: PUT /memory/{key} answered "
-                                       f"{response.status}: {await response.text()}")
+                    raise RuntimeError(
+                        f"{base_url}: PUT /memory/{key} answered "
+                        f"{response.status}: {await response.text()}"
+                    )
 
 
 async def run_batch(
@@ -146,9 +149,7 @@ async def run_batch(
     return batch
 
 
-async def run_workers(
-    count: int, work: Callable[[int], Any], *, seconds: float
-) -> None:
+async def run_workers(count: int, work: Callable[[int], Any], *, seconds: float) -> None:
     """Run `work(i)` for i in range(count) as concurrent tasks, cancelled after `seconds`."""
     tasks = [asyncio.ensure_future(work(i)) for i in range(count)]
     try:

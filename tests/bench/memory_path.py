@@ -48,8 +48,10 @@ def measure(workdir: Path, iterations: int, seconds: float) -> dict[str, Any]:
     from kvmem.tokens import TokenCounter
 
     config = Config.model_validate(
-        {"database": {"url": f"sqlite:///{workdir / 'memory-path.db'}"},
-         "memory": {"tokenLimit": 20000}}
+        {
+            "database": {"url": f"sqlite:///{workdir / 'memory-path.db'}"},
+            "memory": {"tokenLimit": 20000},
+        }
     )
     database = Database.from_config(config.database)
     try:
@@ -62,8 +64,9 @@ def measure(workdir: Path, iterations: int, seconds: float) -> dict[str, Any]:
             if size:
                 store.import_document(user, memory_items(size))
             warm = _timed_reads(lambda: store, user, config, iterations, seconds / 2)
-            cold = _timed_reads(lambda: MemoryStore(database, rules, tokens), user, config,
-                                iterations, seconds / 2)
+            cold = _timed_reads(
+                lambda: MemoryStore(database, rules, tokens), user, config, iterations, seconds / 2
+            )
             if warm["block"].count("\n[") != size or cold["block"] != warm["block"]:
                 raise RuntimeError(f"the block of {user} does not hold its {size} entries")
             row = summary_ms(warm["totals"])

@@ -59,9 +59,17 @@ async def _get_metrics(app: Any) -> tuple[float, float]:
         sent.append(message)
 
     scope = {
-        "type": "http", "http_version": "1.1", "method": "GET", "scheme": "http",
-        "path": "/metrics", "raw_path": b"/metrics", "root_path": "", "query_string": b"",
-        "headers": [(b"host", b"127.0.0.1")], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+        "type": "http",
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/metrics",
+        "raw_path": b"/metrics",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
     }
     started, cpu = time.perf_counter(), time.thread_time()
     await app(scope, receive, send)
@@ -129,12 +137,15 @@ def main() -> None:
     print("| what | clock | p50 | p99 |\n|---|---|---:|---:|")
     for name in ("scrape", "render", "generate_latest"):
         for clock in ("wall", "cpu"):
-            print(f"| {name} | {clock} | {result[f'{name}_{clock}_p50_ms']:.2f} ms | "
-                  f"{result[f'{name}_{clock}_p99_ms']:.2f} ms |")
+            print(
+                f"| {name} | {clock} | {result[f'{name}_{clock}_p50_ms']:.2f} ms | "
+                f"{result[f'{name}_{clock}_p99_ms']:.2f} ms |"
+            )
     for clock in ("wall", "cpu"):
         verdict = "PASS" if result[f"scrape_{clock}_p50_ms"] < TARGET_MS else "MISS"
-        print(f"\ntarget: a scrape under {TARGET_MS:g} ms with 1,000 series "
-              f"({clock} p50): {verdict}")
+        print(
+            f"\ntarget: a scrape under {TARGET_MS:g} ms with 1,000 series ({clock} p50): {verdict}"
+        )
 
 
 if __name__ == "__main__":

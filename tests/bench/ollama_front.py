@@ -57,8 +57,9 @@ class Plan:
 
 
 FULL = Plan("full")
-QUICK = Plan("quick", warmup_requests=20, rounds=4, requests=25, cpu_rounds=2,
-             in_process_iterations=2_000)
+QUICK = Plan(
+    "quick", warmup_requests=20, rounds=4, requests=25, cpu_rounds=2, in_process_iterations=2_000
+)
 
 
 async def ndjson_once(client: aiohttp.ClientSession, url: str, body: bytes, batch: Batch) -> None:
@@ -68,8 +69,12 @@ async def ndjson_once(client: aiohttp.ClientSession, url: str, body: bytes, batc
 
 def v1_usage_body() -> bytes:
     """The /v1 streamed chat with `stream_options.include_usage`."""
-    return json.dumps({**json.loads(chat_body(MAIN_MODEL, stream=True)),
-                       "stream_options": {"include_usage": True}}).encode()
+    return json.dumps(
+        {
+            **json.loads(chat_body(MAIN_MODEL, stream=True)),
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
 
 
 def ollama_body() -> bytes:
@@ -78,8 +83,9 @@ def ollama_body() -> bytes:
     return json.dumps({"model": MAIN_MODEL, "messages": messages}).encode()
 
 
-async def one_batch(once: Any, client: aiohttp.ClientSession, url: str, body: bytes,
-                    requests: int) -> Batch:
+async def one_batch(
+    once: Any, client: aiohttp.ClientSession, url: str, body: bytes, requests: int
+) -> Batch:
     """`requests` streamed requests one after another."""
     batch = Batch()
     started = time.perf_counter()
@@ -117,7 +123,7 @@ async def measure(kvmem: Server, plan: Plan) -> dict[str, Any]:
                 raise RuntimeError(f"{url} failed during warm-up: {warm.error_samples}")
         for index in range(plan.rounds * plan.requests):
             pair = {name: Batch() for name in fronts}
-            order = list(fronts)[index % 3:] + list(fronts)[: index % 3]  # each goes first in turn
+            order = list(fronts)[index % 3 :] + list(fronts)[: index % 3]  # each goes first in turn
             for name in order:
                 once, url, body = fronts[name]
                 await once(client, url, body, pair[name])
@@ -127,8 +133,12 @@ async def measure(kvmem: Server, plan: Plan) -> dict[str, Any]:
                 batches[name].errors += one.errors
             if all(one.first_bytes for one in pair.values()):
                 for suffix, base in (("", "v1"), ("_usage", "v1_usage")):
-                    diffs["ttfb" + suffix].append(pair["ollama"].first_bytes[0] - pair[base].first_bytes[0])
-                    diffs["ttlb" + suffix].append(pair["ollama"].latencies[0] - pair[base].latencies[0])
+                    diffs["ttfb" + suffix].append(
+                        pair["ollama"].first_bytes[0] - pair[base].first_bytes[0]
+                    )
+                    diffs["ttlb" + suffix].append(
+                        pair["ollama"].latencies[0] - pair[base].latencies[0]
+                    )
         for _ in range(plan.cpu_rounds):
             for name, (once, url, body) in fronts.items():
                 before = cpu_seconds(kvmem.pid)
@@ -145,7 +155,8 @@ async def measure(kvmem: Server, plan: Plan) -> dict[str, Any]:
             "ttlb_p50_ms": ms(percentile(batch.latencies, 50)),
             "ttlb_p99_ms": ms(percentile(batch.latencies, 99)),
             "server_cpu_ms_per_request": (
-                round(1000 * cpu[name] / cpu_requests[name], 3) if cpu_requests[name] else None),
+                round(1000 * cpu[name] / cpu_requests[name], 3) if cpu_requests[name] else None
+            ),
         }
     added = ms(percentile(diffs["ttfb"], 50))
     cpu_of = {name: row["server_cpu_ms_per_request"] for name, row in table.items()}
@@ -166,15 +177,28 @@ async def measure(kvmem: Server, plan: Plan) -> dict[str, Any]:
 
 def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     """A `chat.completion.chunk` as litellm hands it to kvmem."""
-    return {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0,
-            "model": "bench-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "bench-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
 
 
-STREAM = [chunk({"role": "assistant", "content": "word0 "}),
-          *(chunk({"content": f"word{i} "}) for i in range(1, 10)), chunk({}, "stop"),
-          {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0,
-           "model": "bench-model", "choices": [],
-           "usage": {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}}]
+STREAM = [
+    chunk({"role": "assistant", "content": "word0 "}),
+    *(chunk({"content": f"word{i} "}) for i in range(1, 10)),
+    chunk({}, "stop"),
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "bench-model",
+        "choices": [],
+        "usage": {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40},
+    },
+]
 
 
 async def front_work(iterations: int) -> dict[str, Any]:
@@ -220,12 +244,16 @@ async def front_work(iterations: int) -> dict[str, Any]:
         for _ in range(iterations // 10):
             await work()
         timings = [await work() for _ in range(iterations)]
-        results[name] = {"to_first_piece_us": round(1e6 * percentile([t[0] for t in timings], 50), 1),
-                         "whole_stream_us": round(1e6 * percentile([t[1] for t in timings], 50), 1)}
+        results[name] = {
+            "to_first_piece_us": round(1e6 * percentile([t[0] for t in timings], 50), 1),
+            "whole_stream_us": round(1e6 * percentile([t[1] for t in timings], 50), 1),
+        }
     results["added_to_first_piece_us"] = round(
-        results["ollama"]["to_first_piece_us"] - results["v1"]["to_first_piece_us"], 1)
+        results["ollama"]["to_first_piece_us"] - results["v1"]["to_first_piece_us"], 1
+    )
     results["added_whole_stream_us"] = round(
-        results["ollama"]["whole_stream_us"] - results["v1"]["whole_stream_us"], 1)
+        results["ollama"]["whole_stream_us"] - results["v1"]["whole_stream_us"], 1
+    )
     return results
 
 
@@ -233,8 +261,9 @@ async def seed(kvmem: Server) -> None:
     """The user's entries, injected into every request as in the main benchmark."""
     async with session(1) as client:
         for key, value in memory_items(SEEDED_ENTRIES):
-            async with client.put(f"{kvmem.url}/memory/{key}", data=json.dumps({"value": value}),
-                                  headers=JSON_HEADERS) as response:
+            async with client.put(
+                f"{kvmem.url}/memory/{key}", data=json.dumps({"value": value}), headers=JSON_HEADERS
+            ) as response:
                 if response.status not in (200, 201):
                     raise RuntimeError(f"PUT /memory/{key}: {response.status}")
 
@@ -255,41 +284,54 @@ async def run(plan: Plan, workdir: Path) -> dict[str, Any]:
 
 def table(results: dict[str, Any]) -> str:
     """The markdown table of one run."""
-    lines = ["| front | n | TTFB p50 | TTFB p99 | TTLB p50 | TTLB p99 | server CPU/request | errors |",
-             "|---|---|---|---|---|---|---|---|"]
-    for name, label in (("v1", "`/v1/chat/completions`"),
-                        ("v1_usage", "`/v1/chat/completions`, `include_usage`"),
-                        ("ollama", "`/api/chat`")):
+    lines = [
+        "| front | n | TTFB p50 | TTFB p99 | TTLB p50 | TTLB p99 | server CPU/request | errors |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, label in (
+        ("v1", "`/v1/chat/completions`"),
+        ("v1_usage", "`/v1/chat/completions`, `include_usage`"),
+        ("ollama", "`/api/chat`"),
+    ):
         row = results["fronts"][name]
-        lines.append(f"| {label} | {row['n']} | {row['ttfb_p50_ms']:.2f} ms | "
-                     f"{row['ttfb_p99_ms']:.2f} ms | {row['ttlb_p50_ms']:.2f} ms | "
-                     f"{row['ttlb_p99_ms']:.2f} ms | {row['server_cpu_ms_per_request']:.2f} ms | "
-                     f"{row['errors']} |")
+        lines.append(
+            f"| {label} | {row['n']} | {row['ttfb_p50_ms']:.2f} ms | "
+            f"{row['ttfb_p99_ms']:.2f} ms | {row['ttlb_p50_ms']:.2f} ms | "
+            f"{row['ttlb_p99_ms']:.2f} ms | {row['server_cpu_ms_per_request']:.2f} ms | "
+            f"{row['errors']} |"
+        )
     lines.append("")
-    lines.append(f"Ollama front, added TTFB (median of paired differences): "
-                 f"{results['added_ttfb_p50_ms']:+.3f} ms "
-                 f"(TTLB {results['added_ttlb_p50_ms']:+.3f} ms, server CPU per request "
-                 f"{results['added_server_cpu_ms_per_request']:+.3f} ms); "
-                 f"{results['target']}: {results['result']}")
+    lines.append(
+        f"Ollama front, added TTFB (median of paired differences): "
+        f"{results['added_ttfb_p50_ms']:+.3f} ms "
+        f"(TTLB {results['added_ttlb_p50_ms']:+.3f} ms, server CPU per request "
+        f"{results['added_server_cpu_ms_per_request']:+.3f} ms); "
+        f"{results['target']}: {results['result']}"
+    )
     usage = results["over_v1_usage"]
-    lines.append(f"Over /v1 asking for usage as the Ollama front does: TTFB "
-                 f"{usage['added_ttfb_p50_ms']:+.3f} ms, TTLB {usage['added_ttlb_p50_ms']:+.3f} ms, "
-                 f"server CPU per request {usage['added_server_cpu_ms_per_request']:+.3f} ms")
+    lines.append(
+        f"Over /v1 asking for usage as the Ollama front does: TTFB "
+        f"{usage['added_ttfb_p50_ms']:+.3f} ms, TTLB {usage['added_ttlb_p50_ms']:+.3f} ms, "
+        f"server CPU per request {usage['added_server_cpu_ms_per_request']:+.3f} ms"
+    )
     work = results["in_process"]
     lines.append("")
-    lines.append(f"In-process, each front's own work (read the request, render the stream; p50): "
-                 f"/v1 {work['v1']['to_first_piece_us']:.0f} us to the first piece, "
-                 f"{work['v1']['whole_stream_us']:.0f} us in all; /api/chat "
-                 f"{work['ollama']['to_first_piece_us']:.0f} us and "
-                 f"{work['ollama']['whole_stream_us']:.0f} us (added "
-                 f"{work['added_to_first_piece_us']:+.0f} us and {work['added_whole_stream_us']:+.0f} us)")
+    lines.append(
+        f"In-process, each front's own work (read the request, render the stream; p50): "
+        f"/v1 {work['v1']['to_first_piece_us']:.0f} us to the first piece, "
+        f"{work['v1']['whole_stream_us']:.0f} us in all; /api/chat "
+        f"{work['ollama']['to_first_piece_us']:.0f} us and "
+        f"{work['ollama']['whole_stream_us']:.0f} us (added "
+        f"{work['added_to_first_piece_us']:+.0f} us and {work['added_whole_stream_us']:+.0f} us)"
+    )
     return "\n".join(lines)
 
 
 def main() -> int:
     """Parse the arguments, run, print and write the results."""
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.ollama_front",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.ollama_front", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--quick", action="store_true", help="a few rounds, for a smoke run")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()

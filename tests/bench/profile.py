@@ -121,32 +121,59 @@ def summarize(raw: str) -> dict[str, Any]:
     }
 
 
-async def profile_one(server: Server, scenario: Scenario, seconds: float, rate: int,
-                      workdir: Path) -> dict[str, Any]:
+async def profile_one(
+    server: Server, scenario: Scenario, seconds: float, rate: int, workdir: Path
+) -> dict[str, Any]:
     """Load `server` for `seconds` while py-spy samples it; the summary."""
     target = Target(scenario.name, f"{server.url}/v1/chat/completions", MAIN_MODEL, server.pid)
     body = chat_body(MAIN_MODEL, stream=scenario.stream)
     out = workdir / f"profile-{len(list(workdir.glob('profile-*')))}.txt"
     async with session(scenario.concurrency) as client:
-        warm = await run_batch(client, target.url, body, requests=200,
-                               concurrency=scenario.concurrency, seconds=30,
-                               stream=scenario.stream)
+        warm = await run_batch(
+            client,
+            target.url,
+            body,
+            requests=200,
+            concurrency=scenario.concurrency,
+            seconds=30,
+            stream=scenario.stream,
+        )
         if warm.errors:
             raise RuntimeError(f"{scenario.name}: warm-up failed: {warm.error_samples}")
         spy = subprocess.Popen(
             # --gil: only the thread holding the GIL, i.e. the Python work the process does
             # one piece at a time (waiting threads and the idle loop are not samples);
             # --nonblocking: the process is not paused for each sample.
-            [*tool("py-spy"), "record", "--gil", "--nonblocking", "--format", "raw",
-             "--output", str(out), "--pid", str(server.pid), "--rate", str(rate),
-             "--duration", str(int(seconds))],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            [
+                *tool("py-spy"),
+                "record",
+                "--gil",
+                "--nonblocking",
+                "--format",
+                "raw",
+                "--output",
+                str(out),
+                "--pid",
+                str(server.pid),
+                "--rate",
+                str(rate),
+                "--duration",
+                str(int(seconds)),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
         await asyncio.sleep(0.5)  # py-spy attaches
         cpu_before = target.cpu_seconds()
-        batch = await run_batch(client, target.url, body, requests=10**9,
-                                concurrency=scenario.concurrency, seconds=seconds - 1.0,
-                                stream=scenario.stream)
+        batch = await run_batch(
+            client,
+            target.url,
+            body,
+            requests=10**9,
+            concurrency=scenario.concurrency,
+            seconds=seconds - 1.0,
+            stream=scenario.stream,
+        )
         cpu = target.cpu_seconds() - cpu_before
     output, _ = await asyncio.to_thread(spy.communicate, timeout=seconds + 30)
     if spy.returncode != 0 or not out.exists():
@@ -167,34 +194,53 @@ async def profile_one(server: Server, scenario: Scenario, seconds: float, rate: 
 
 def markdown(profiles: list[dict[str, Any]]) -> str:
     """A section per scenario: CPU ms per request split by package, kvmem module, thread."""
-    out = ["# Where kvmem's CPU time goes per request (py-spy)", "",
-           "One `kvmem serve` on SQLite (20 entries injected, direct path) in front of the "
-           "benchmark's scripted upstream; `python -m tests.bench.profile`. ms/req = the "
-           "server's CPU ms per request x the share of py-spy's samples; py-spy samples the "
-           "thread holding the GIL (`--gil`), so the shares are of the Python work, which "
-           "runs one piece at a time."]
+    out = [
+        "# Where kvmem's CPU time goes per request (py-spy)",
+        "",
+        "One `kvmem serve` on SQLite (20 entries injected, direct path) in front of the "
+        "benchmark's scripted upstream; `python -m tests.bench.profile`. ms/req = the "
+        "server's CPU ms per request x the share of py-spy's samples; py-spy samples the "
+        "thread holding the GIL (`--gil`), so the shares are of the Python work, which "
+        "runs one piece at a time.",
+    ]
     for one in profiles:
         per = one["cpu_ms_per_request"] or 0.0
-        out += ["", f"## {one['scenario']}", "",
-                f"{one['requests']} requests ({one['rps']} req/s, {one['errors']} errors); "
-                f"server CPU {per:.3f} ms per request; {one['samples']} samples "
-                f"({one['note']}); kvmem's own code (self time) "
-                f"{100 * one['kvmem_self_share']:.1f}%.", "",
-                "Self time by package:", "", table(["package", "share", "ms/req"],
-                                                    rows(one["self"], per)),
-                "", "By the innermost kvmem frame (its code and the library calls it makes):", "",
-                table(["module", "share", "ms/req"], rows(one["kvmem_owner"], per)),
-                "", "Hottest functions (self time):", "",
-                table(["function", "share", "ms/req"], rows(one["functions"], per, 10)),
-                "", "Threads:", "", table(["thread", "share", "ms/req"], rows(one["threads"], per))]
+        out += [
+            "",
+            f"## {one['scenario']}",
+            "",
+            f"{one['requests']} requests ({one['rps']} req/s, {one['errors']} errors); "
+            f"server CPU {per:.3f} ms per request; {one['samples']} samples "
+            f"({one['note']}); kvmem's own code (self time) "
+            f"{100 * one['kvmem_self_share']:.1f}%.",
+            "",
+            "Self time by package:",
+            "",
+            table(["package", "share", "ms/req"], rows(one["self"], per)),
+            "",
+            "By the innermost kvmem frame (its code and the library calls it makes):",
+            "",
+            table(["module", "share", "ms/req"], rows(one["kvmem_owner"], per)),
+            "",
+            "Hottest functions (self time):",
+            "",
+            table(["function", "share", "ms/req"], rows(one["functions"], per, 10)),
+            "",
+            "Threads:",
+            "",
+            table(["thread", "share", "ms/req"], rows(one["threads"], per)),
+        ]
     return "\n".join(out) + "\n"
 
 
-def rows(pairs: list[tuple[str, float]], per_request_ms: float,
-         limit: int = TOP) -> list[list[Any]]:
+def rows(
+    pairs: list[tuple[str, float]], per_request_ms: float, limit: int = TOP
+) -> list[list[Any]]:
     """Table rows: name, share of the samples, CPU ms per request."""
-    return [[name, f"{100 * share:.1f}%", f"{per_request_ms * share:.3f}"]
-            for name, share in pairs[:limit]]
+    return [
+        [name, f"{100 * share:.1f}%", f"{per_request_ms * share:.3f}"]
+        for name, share in pairs[:limit]
+    ]
 
 
 async def run(seconds: float, rate: int, workdir: Path) -> list[dict[str, Any]]:
@@ -223,8 +269,9 @@ def start(servers: Fleet, upstream: Server, scenario: Scenario) -> Server:
 
 def main() -> int:
     """Parse the arguments, profile, print and write the results."""
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.profile",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.profile", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--seconds", type=float, default=20.0, help="sampling per scenario")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--out", type=Path, default=RESULTS)

@@ -55,11 +55,15 @@ def conversation_id(number: int, index: int, shape: Shape) -> str:
 
 def _chunks(numbers: Sequence[int]) -> Iterator[Sequence[int]]:
     for start in range(0, len(numbers), CHUNK):
-        yield numbers[start:start + CHUNK]
+        yield numbers[start : start + CHUNK]
 
 
-def _tables(numbers: Sequence[int], shape: Shape, now: datetime, time: Any = lambda t: t,
-            ) -> Iterator[tuple[str, list[str], Iterable[tuple[Any, ...]]]]:
+def _tables(
+    numbers: Sequence[int],
+    shape: Shape,
+    now: datetime,
+    time: Any = lambda t: t,
+) -> Iterator[tuple[str, list[str], Iterable[tuple[Any, ...]]]]:
     """(table, columns, rows) in insertion order, a chunk of users at a time; times as
     `time` makes them (SQLite's text, once per distinct moment)."""
     recent = time(now - timedelta(days=1))
@@ -67,26 +71,73 @@ def _tables(numbers: Sequence[int], shape: Shape, now: datetime, time: Any = lam
     hours = [time(now - timedelta(days=1, hours=c)) for c in range(shape.conversations)]
     kept = shape.changes - shape.expired
     for chunk in _chunks(numbers):
-        yield "users", ["id", "created_at", "memories_enabled", "memory_version"], (
-            (user_id(n), old, True, 0) for n in chunk)
-        yield "memory_entries", ["user_id", "key", "value", "token_count", "source", "created_at",
-                                 "updated_at"], (
-            (user_id(n), f"k{e}", shape.entry_value, shape.entry_tokens, "manual", old, recent)
-            for n in chunk for e in range(shape.entries))
-        yield "conversations", ["id", "user_id", "title", "created_at", "updated_at"], (
-            (conversation_id(n, c, shape), user_id(n), f"Dinner ideas {c}", old, hours[c])
-            for n in chunk for c in range(shape.conversations))
-        yield "messages", ["conversation_id", "role", "content", "created_at"], (
-            (conversation_id(n, c, shape), "user" if m % 2 == 0 else "assistant", shape.message,
-             recent)
-            for n in chunk for c in range(shape.conversations) for m in range(shape.messages))
+        yield (
+            "users",
+            ["id", "created_at", "memories_enabled", "memory_version"],
+            ((user_id(n), old, True, 0) for n in chunk),
+        )
+        yield (
+            "memory_entries",
+            ["user_id", "key", "value", "token_count", "source", "created_at", "updated_at"],
+            (
+                (user_id(n), f"k{e}", shape.entry_value, shape.entry_tokens, "manual", old, recent)
+                for n in chunk
+                for e in range(shape.entries)
+            ),
+        )
+        yield (
+            "conversations",
+            ["id", "user_id", "title", "created_at", "updated_at"],
+            (
+                (conversation_id(n, c, shape), user_id(n), f"Dinner ideas {c}", old, hours[c])
+                for n in chunk
+                for c in range(shape.conversations)
+            ),
+        )
+        yield (
+            "messages",
+            ["conversation_id", "role", "content", "created_at"],
+            (
+                (
+                    conversation_id(n, c, shape),
+                    "user" if m % 2 == 0 else "assistant",
+                    shape.message,
+                    recent,
+                )
+                for n in chunk
+                for c in range(shape.conversations)
+                for m in range(shape.messages)
+            ),
+        )
     for at, count in ((old, shape.expired), (recent, kept)):
         for chunk in _chunks(numbers):
-            yield "memory_changes", ["user_id", "key", "op", "old_value", "new_value", "source",
-                                     "conversation_id", "at"], (
-                (user_id(n), f"k{j % max(shape.entries, 1)}", "set", shape.change_value,
-                 shape.change_value, "manual", None, at)
-                for n in chunk for j in range(count))
+            yield (
+                "memory_changes",
+                [
+                    "user_id",
+                    "key",
+                    "op",
+                    "old_value",
+                    "new_value",
+                    "source",
+                    "conversation_id",
+                    "at",
+                ],
+                (
+                    (
+                        user_id(n),
+                        f"k{j % max(shape.entries, 1)}",
+                        "set",
+                        shape.change_value,
+                        shape.change_value,
+                        "manual",
+                        None,
+                        at,
+                    )
+                    for n in chunk
+                    for j in range(count)
+                ),
+            )
 
 
 def fill(url: str, numbers: Sequence[int], shape: Shape, now: datetime | None = None) -> None:
@@ -115,9 +166,14 @@ def _fill_sqlite(path: str, numbers: Sequence[int], shape: Shape, now: datetime)
     width = max(shape.entries, shape.changes, shape.conversations, shape.messages, 1)
     uid = "printf('u%08d', n)"
     cid = f"printf('00000000-0000-0000-0000-%012x', n * {shape.conversations} + c.i + 1)"
-    values = {"value": shape.entry_value, "tokens": shape.entry_tokens, "old": old,
-              "change": shape.change_value,
-              "recent": recent, "message": shape.message}
+    values = {
+        "value": shape.entry_value,
+        "tokens": shape.entry_tokens,
+        "old": old,
+        "change": shape.change_value,
+        "recent": recent,
+        "message": shape.message,
+    }
     connection = sqlite3.connect(path, isolation_level=None)
     try:
         connection.execute("PRAGMA journal_mode=WAL")
@@ -132,8 +188,10 @@ def _fill_sqlite(path: str, numbers: Sequence[int], shape: Shape, now: datetime)
         connection.execute("CREATE TEMP TABLE nums (n INTEGER PRIMARY KEY)")
         connection.executemany("INSERT INTO nums VALUES (?)", ((n,) for n in numbers))
         connection.execute("CREATE TEMP TABLE seq (i INTEGER PRIMARY KEY, at TEXT)")
-        connection.executemany("INSERT INTO seq VALUES (?, ?)", (
-            (i, _sqlite_time(now - timedelta(days=1, hours=i))) for i in range(width)))
+        connection.executemany(
+            "INSERT INTO seq VALUES (?, ?)",
+            ((i, _sqlite_time(now - timedelta(days=1, hours=i))) for i in range(width)),
+        )
         statements = [
             f"INSERT INTO users (id, created_at, memories_enabled, memory_version) "
             f"SELECT {uid}, :old, 1, 0 FROM nums ORDER BY n",

@@ -175,15 +175,25 @@ class Fleet:
     servers: list[Server] = field(default_factory=list)
 
     def spawn(
-        self, name: str, command: list[str], port: int, ready_path: str,
-        env: dict[str, str] | None = None, config: Path | None = None,
+        self,
+        name: str,
+        command: list[str],
+        port: int,
+        ready_path: str,
+        env: dict[str, str] | None = None,
+        config: Path | None = None,
     ) -> Server:
         """Start `command` in its own process group, output to `workdir/<name>.log`."""
         log = self.workdir / f"{name}.log"
         with log.open("ab") as out:
             process = subprocess.Popen(
-                command, cwd=REPO, env=env or child_env(), stdin=subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                command,
+                cwd=REPO,
+                env=env or child_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
         server = Server(name, process, port, log, ready_path, time.perf_counter(), config=config)
@@ -203,44 +213,71 @@ class Fleet:
 
     # -- the three kinds of server --------------------------------------------------------
 
-    def upstream(self, main_latency: float, agent_latency: float, chunks: int,
-                 chunk_delay: float) -> Server:
+    def upstream(
+        self, main_latency: float, agent_latency: float, chunks: int, chunk_delay: float
+    ) -> Server:
         """The scripted upstream (`tests.bench.upstream`), uvloop + httptools."""
         port = free_port()
         return self.spawn(
             "upstream",
-            [sys.executable, "-m", "tests.bench.upstream", "--port", str(port),
-             "--main-latency", str(main_latency), "--agent-latency", str(agent_latency),
-             "--chunks", str(chunks), "--chunk-delay", str(chunk_delay)],
-            port, "/control/ping",
+            [
+                sys.executable,
+                "-m",
+                "tests.bench.upstream",
+                "--port",
+                str(port),
+                "--main-latency",
+                str(main_latency),
+                "--agent-latency",
+                str(agent_latency),
+                "--chunks",
+                str(chunks),
+                "--chunk-delay",
+                str(chunk_delay),
+            ],
+            port,
+            "/control/ping",
         )
 
-    def kvmem_config(self, name: str, upstream: Server, agent: AgentSpec | None,
-                     database_url: str | None = None,
-                     memory_extra: dict[str, Any] | None = None,
-                     chat_model: str = MAIN_MODEL,
-                     auth: dict[str, Any] | None = None) -> tuple[Path, int]:
+    def kvmem_config(
+        self,
+        name: str,
+        upstream: Server,
+        agent: AgentSpec | None,
+        database_url: str | None = None,
+        memory_extra: dict[str, Any] | None = None,
+        chat_model: str = MAIN_MODEL,
+        auth: dict[str, Any] | None = None,
+    ) -> tuple[Path, int]:
         """Write `<name>.yaml` for a kvmem instance; (its path, its port). `auth` replaces
         the `auth` section (default `mode: local`)."""
         port = free_port()
         memory: dict[str, Any] = {"tokenLimit": 20000, **(memory_extra or {})}
         if agent is not None:
             memory["agent"] = {
-                "enabled": True, "provider": "openai", "model": agent.model,
-                "api_base": f"{upstream.url}/v1", "api_key": API_KEY,
+                "enabled": True,
+                "provider": "openai",
+                "model": agent.model,
+                "api_base": f"{upstream.url}/v1",
+                "api_key": API_KEY,
                 "grace_seconds": agent.grace_seconds,
                 # Every bench client acts as the one local user, standing for many users:
                 # bounds high enough that no run is `busy`, so the workload (an agent call per
                 # chat request) stays the one earlier runs measured.
-                "max_runs_per_user": 1024, "max_concurrent_runs": 1024,
+                "max_runs_per_user": 1024,
+                "max_concurrent_runs": 1024,
             }
         config = {
             "server": {"host": HOST, "port": port},
             "database": {"url": database_url or f"sqlite:///{self.workdir / (name + '.db')}"},
             "auth": auth or {"mode": "local"},
-            "chat": {"model": chat_model, "api_base": upstream_base(upstream, chat_model),
-                     "api_key": API_KEY, "timeout": 30,
-                     "client": os.environ.get(CHAT_CLIENT_ENV) or "auto"},
+            "chat": {
+                "model": chat_model,
+                "api_base": upstream_base(upstream, chat_model),
+                "api_key": API_KEY,
+                "timeout": 30,
+                "client": os.environ.get(CHAT_CLIENT_ENV) or "auto",
+            },
             "memory": memory,
         }
         path = self.workdir / f"{name}.yaml"
@@ -251,8 +288,11 @@ class Fleet:
         """`kvmem serve --config <config>` (it migrates the database first); `command` is
         another installation's `kvmem` script (default: the one beside this Python)."""
         return self.spawn(
-            name, [*([command] if command else tool("kvmem")), "serve", "--config", str(config)],
-            port, "/healthz", config=config,
+            name,
+            [*([command] if command else tool("kvmem")), "serve", "--config", str(config)],
+            port,
+            "/healthz",
+            config=config,
         )
 
     def litellm_proxy(self, upstream: Server) -> Server:
@@ -260,9 +300,14 @@ class Fleet:
         port = free_port()
         config = {
             "model_list": [
-                {"model_name": model,
-                 "litellm_params": {"model": model, "api_base": upstream_base(upstream, model),
-                                    "api_key": API_KEY}}
+                {
+                    "model_name": model,
+                    "litellm_params": {
+                        "model": model,
+                        "api_base": upstream_base(upstream, model),
+                        "api_key": API_KEY,
+                    },
+                }
                 for model in (MAIN_MODEL, ANTHROPIC_MODEL)
             ],
             "litellm_settings": {"telemetry": False},
@@ -278,7 +323,10 @@ class Fleet:
         return self.spawn(
             "litellm-proxy",
             [*tool("litellm"), "--config", str(path), "--host", HOST, "--port", str(port)],
-            port, "/health/liveliness", env=env, config=path,
+            port,
+            "/health/liveliness",
+            env=env,
+            config=path,
         )
 
 

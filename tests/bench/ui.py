@@ -85,8 +85,12 @@ def main(argv: list[str]) -> int:
     median = statistics.median(times)
     print(f"\n| memory page, {entries} entries, {runs} runs | ms |")
     print("|---|---:|")
-    for name, value in [("median", median), ("p90", percentile(times, 0.9)),
-                        ("min", min(times)), ("max", max(times))]:
+    for name, value in [
+        ("median", median),
+        ("p90", percentile(times, 0.9)),
+        ("min", min(times)),
+        ("max", max(times)),
+    ]:
         print(f"| load-to-render {name} | {value:.0f} |")
     verdict = "PASS" if median < GOAL_MS else "MISS"
     print(f"\ngoal: median under {GOAL_MS:.0f} ms: {verdict}")

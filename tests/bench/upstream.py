@@ -55,16 +55,18 @@ def completion(model: str, content: str) -> bytes:
 
 def anthropic_message(model: str, content: str) -> bytes:
     """A whole Anthropic `message` body."""
-    return json.dumps({
-        "id": "msg_bench",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [{"type": "text", "text": content}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 5},
-    }).encode()
+    return json.dumps(
+        {
+            "id": "msg_bench",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": content}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+    ).encode()
 
 
 def stream_events(model: str, pieces: list[str]) -> list[bytes]:
@@ -128,10 +130,19 @@ class Upstream:
             self.hangs.clear()
             await respond(send, 200, b"{}")
         elif method == "GET" and path.endswith("/models"):
-            await respond(send, 200, json.dumps({"object": "list", "data": [
-                {"id": m, "object": "model", "created": 0, "owned_by": "bench"}
-                for m in (MAIN, AGENT, HANG)
-            ]}).encode())
+            await respond(
+                send,
+                200,
+                json.dumps(
+                    {
+                        "object": "list",
+                        "data": [
+                            {"id": m, "object": "model", "created": 0, "owned_by": "bench"}
+                            for m in (MAIN, AGENT, HANG)
+                        ],
+                    }
+                ).encode(),
+            )
         else:
             await respond(send, 404, b'{"error":{"message":"not found"}}')
 
@@ -157,18 +168,27 @@ class Upstream:
     async def messages(self, receive: Any, send: Any) -> None:
         body = json.loads(await read_body(receive))
         if body.get("model") != MAIN or body.get("stream"):
-            await respond(send, 400, b'{"type":"error","error":{"type":"invalid_request_error",'
-                                     b'"message":"only bench-model, non-streamed"}}')
+            await respond(
+                send,
+                400,
+                b'{"type":"error","error":{"type":"invalid_request_error",'
+                b'"message":"only bench-model, non-streamed"}}',
+            )
             return
         await asyncio.sleep(self.main_latency)
         await respond(send, 200, self.anthropic_body)
 
     async def stream(self, send: Any) -> None:
-        await send({
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
-        })
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                ],
+            }
+        )
         last = len(self.main_events) - 1
         for index, event in enumerate(self.main_events):
             if 0 < index < last - 1 and self.chunk_delay:
@@ -206,12 +226,16 @@ async def read_body(receive: Any) -> bytes:
 
 async def respond(send: Any, status: int, body: bytes) -> None:
     """A JSON response."""
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode())],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -231,8 +255,15 @@ def main() -> None:
         args.main_latency, args.agent_latency, args.chunks, args.chunk_delay, args.max_hang
     )
     uvicorn.run(
-        app, host="127.0.0.1", port=args.port, loop="uvloop", http="httptools",
-        lifespan="off", access_log=False, log_level="warning", backlog=4096,
+        app,
+        host="127.0.0.1",
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        backlog=4096,
     )
 
 

@@ -26,8 +26,9 @@ from tests.bench.load import (
 KEYS_PER_WRITER = 10  # each writer cycles over its own keys: creates first, then replaces
 
 
-async def measure(base_url: str, writers: int, per_writer: int, seconds: float,
-                  tag: str = "") -> dict[str, Any]:
+async def measure(
+    base_url: str, writers: int, per_writer: int, seconds: float, tag: str = ""
+) -> dict[str, Any]:
     """PUT /memory/{key} from `writers` concurrent writers, `per_writer` PUTs each, each
     writer sending its next PUT as soon as the previous one is answered. Every PUT changes
     its key's value (`tag` keeps repeated runs on one server from writing the same values)."""
@@ -37,23 +38,38 @@ async def measure(base_url: str, writers: int, per_writer: int, seconds: float,
 
 def user_headers(service_key: str, number: int) -> dict[str, str]:
     """The headers of writer `number` of `measure_users`: a service key naming its own user."""
-    return {**JSON_HEADERS, "Authorization": f"Bearer {service_key}",
-            "X-User-Id": f"bench_user_{number:02d}"}
+    return {
+        **JSON_HEADERS,
+        "Authorization": f"Bearer {service_key}",
+        "X-User-Id": f"bench_user_{number:02d}",
+    }
 
 
-async def measure_users(base_url: str, users: int, per_user: int, seconds: float,
-                        service_key: str, tag: str = "") -> dict[str, Any]:
+async def measure_users(
+    base_url: str, users: int, per_user: int, seconds: float, service_key: str, tag: str = ""
+) -> dict[str, Any]:
     """As `measure`, but each of the `users` writers acts for a user of its own (the server in
     `auth.mode: keys`, `service_key` one of its service keys, the user in `X-User-Id`): one
     user's writes take turns by design, different users' need not."""
-    row, _ = await _measure(base_url, users, per_user, seconds, tag,
-                            headers=lambda number: user_headers(service_key, number))
+    row, _ = await _measure(
+        base_url,
+        users,
+        per_user,
+        seconds,
+        tag,
+        headers=lambda number: user_headers(service_key, number),
+    )
     return {**row, "users": users}
 
 
-async def _measure(base_url: str, writers: int, per_writer: int, seconds: float, tag: str,
-                   headers: Callable[[int], dict[str, str]] = lambda _number: JSON_HEADERS,
-                   ) -> tuple[dict[str, Any], list[float]]:
+async def _measure(
+    base_url: str,
+    writers: int,
+    per_writer: int,
+    seconds: float,
+    tag: str,
+    headers: Callable[[int], dict[str, str]] = lambda _number: JSON_HEADERS,
+) -> tuple[dict[str, Any], list[float]]:
     latencies: list[float] = []
     errors = 0
     samples: list[str] = []
@@ -67,8 +83,9 @@ async def _measure(base_url: str, writers: int, per_writer: int, seconds: float,
                 body = json.dumps({"value": f"Writer {number} wrote value {index}{tag}."}).encode()
                 started = time.perf_counter()
                 try:
-                    async with client.put(f"{base_url}/memory/{key}", data=body,
-                                          headers=sent) as response:
+                    async with client.put(
+                        f"{base_url}/memory/{key}", data=body, headers=sent
+                    ) as response:
                         payload = await response.read()
                         status = response.status
                 except (TimeoutError, aiohttp.ClientError) as exc:
@@ -94,8 +111,9 @@ async def _measure(base_url: str, writers: int, per_writer: int, seconds: float,
     return row, latencies
 
 
-async def history_cost(with_history: str, without_history: str, writers: int, per_writer: int,
-                       rounds: int) -> dict[str, Any]:
+async def history_cost(
+    with_history: str, without_history: str, writers: int, per_writer: int, rounds: int
+) -> dict[str, Any]:
     """The same writes against a server that records history and one that does not
     (`keep_days: 0`), `rounds` rounds each, interleaved so that both see the same machine;
     the pooled latencies of each, and how much slower a write is with history (p50, mean)."""
@@ -139,8 +157,9 @@ def store_cost(workdir: Path, writes: int, rounds: int) -> dict[str, Any]:
         )
         databases.append(Database.from_config(config.database))
         upgrade(databases[-1].engine)
-        stores[arm] = MemoryStore(databases[-1], MemoryRules.from_config(config.memory), tokens,
-                                  keep_days=days)
+        stores[arm] = MemoryStore(
+            databases[-1], MemoryRules.from_config(config.memory), tokens, keep_days=days
+        )
     pooled: dict[str, list[float]] = {"on": [], "off": []}
     try:
         for number in range(rounds):
@@ -160,6 +179,9 @@ def store_cost(workdir: Path, writes: int, rounds: int) -> dict[str, Any]:
         "history_off": {**off, "errors": 0},
         "slower_p50_pct": round(100 * (on["p50_ms"] - off["p50_ms"]) / off["p50_ms"], 1),
         "slower_mean_pct": round(
-            100 * (statistics.fmean(pooled["on"]) - statistics.fmean(pooled["off"]))
-            / statistics.fmean(pooled["off"]), 1),
+            100
+            * (statistics.fmean(pooled["on"]) - statistics.fmean(pooled["off"]))
+            / statistics.fmean(pooled["off"]),
+            1,
+        ),
     }

@@ -95,6 +95,7 @@ def delete_memory(key: str, **extra: Any) -> dict[str, Any]:
     """A scripted `delete_memory` call."""
     return agent_tool_call("delete_memory", {"key": key, **extra})
 
+
 class LiveServer:
     """kvmem served by uvicorn on a free 127.0.0.1 port, in a background thread."""
 

@@ -28,8 +28,11 @@ def perfect_operations(scenario: Scenario) -> list[dict[str, Any]]:
     """What a perfect agent does: set each expected key (holding every expected substring,
     the first choice of each), delete each expected key, nothing else."""
     operations = [
-        {"op": "set", "key": key,
-         "value": " ".join(part if isinstance(part, str) else part[0] for part in parts)}
+        {
+            "op": "set",
+            "key": key,
+            "value": " ".join(part if isinstance(part, str) else part[0] for part in parts),
+        }
         for key, parts in scenario.expect.set.items()
     ]
     return operations + [{"op": "delete", "key": key} for key in scenario.expect.deleted]
@@ -39,10 +42,13 @@ def answer(request: Received, operations: list[dict[str, Any]]) -> Reply:
     """`operations` as tool calls, or as a JSON-mode answer when the request has no tools."""
     if "tools" not in request.body:
         return Reply(content=json.dumps({"operations": operations}))
-    return Reply(content=None, tool_calls=[
-        set_memory(op["key"], op["value"]) if op["op"] == "set" else delete_memory(op["key"])
-        for op in operations
-    ])
+    return Reply(
+        content=None,
+        tool_calls=[
+            set_memory(op["key"], op["value"]) if op["op"] == "set" else delete_memory(op["key"])
+            for op in operations
+        ],
+    )
 
 
 def perfect_agent(suite: Suite) -> Responder:
@@ -72,9 +78,10 @@ def eager_agent(suite: Suite) -> Responder:
         if scenario.category != "implicit":
             return answer(request, perfect_operations(scenario))
         assert scenario.valid_keys
-        return answer(request, [
-            {"op": "set", "key": scenario.valid_keys[0], "value": scenario.newest_message}
-        ])
+        return answer(
+            request,
+            [{"op": "set", "key": scenario.valid_keys[0], "value": scenario.newest_message}],
+        )
 
     return respond
 
@@ -91,7 +98,8 @@ def inline_scenario_of(request: Received, suite: Suite) -> Scenario:
 def markers(operations: list[dict[str, Any]]) -> str:
     """`operations` as the memory markers a main model ends its reply with."""
     return "".join(
-        f"\n[MEMORY: {op['key']} = {op['value']}]" if op["op"] == "set"
+        f"\n[MEMORY: {op['key']} = {op['value']}]"
+        if op["op"] == "set"
         else f"\n[FORGET: {op['key']}]"
         for op in operations
     )

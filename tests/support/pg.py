@@ -46,14 +46,22 @@ def empty_tables(url: str) -> None:
         # pre_ping: a test may kill the database's connections (test_postgres.py).
         _engines[url] = create_engine(url, pool_size=1, pool_pre_ping=True)
     with _engines[url].begin() as connection:
-        sequences = connection.execute(text(
-            "SELECT sequence_name FROM information_schema.sequences"
-            " WHERE sequence_schema = current_schema()"
-        )).scalars().all()
-        connection.exec_driver_sql("; ".join(
-            [f"DELETE FROM {table.name}" for table in reversed(Base.metadata.sorted_tables)]
-            + [f'ALTER SEQUENCE "{name}" RESTART' for name in sequences]
-        ))
+        sequences = (
+            connection.execute(
+                text(
+                    "SELECT sequence_name FROM information_schema.sequences"
+                    " WHERE sequence_schema = current_schema()"
+                )
+            )
+            .scalars()
+            .all()
+        )
+        connection.exec_driver_sql(
+            "; ".join(
+                [f"DELETE FROM {table.name}" for table in reversed(Base.metadata.sorted_tables)]
+                + [f'ALTER SEQUENCE "{name}" RESTART' for name in sequences]
+            )
+        )
 
 
 # empty_tables' engines, by database URL; fresh_database disposes of its own before the drop.

@@ -83,8 +83,9 @@ def captured_statements(engine: Engine) -> Iterator[list[Statement]]:
             yield statements
         return
 
-    def before(_conn: Any, _cursor: Any, sql: str, parameters: Any, _context: Any,
-               executemany: bool) -> None:
+    def before(
+        _conn: Any, _cursor: Any, sql: str, parameters: Any, _context: Any, executemany: bool
+    ) -> None:
         if sql.lstrip().lower().startswith(DML):
             # An executemany (or an "insertmanyvalues" batch) is explained with its first row.
             many = executemany and isinstance(parameters, (list, tuple))
@@ -128,7 +129,8 @@ def _sqlite_scans(cursor: Any, statement: Statement) -> list[str]:
     rows = cursor.execute("EXPLAIN QUERY PLAN " + statement.sql).fetchall()
     # `SCAN (subquery-1)` and `SCAN CONSTANT ROW` read no table.
     return [
-        detail for *_, detail in rows
+        detail
+        for *_, detail in rows
         if detail.startswith("SCAN ") and not detail.startswith(("SCAN (", "SCAN CONSTANT ROW"))
     ]
 

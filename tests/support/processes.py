@@ -42,15 +42,25 @@ class ServeProcess:
         """Start the server and wait until /healthz answers."""
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "kvmem", "serve", "--config", str(self.config),
-                 "--port", str(self.port)],
+                [
+                    sys.executable,
+                    "-m",
+                    "kvmem",
+                    "serve",
+                    "--config",
+                    str(self.config),
+                    "--port",
+                    str(self.port),
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
             )
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None:
-                raise AssertionError(f"kvmem exited {self.process.returncode}: {self.log.read_text()}")
+                raise AssertionError(
+                    f"kvmem exited {self.process.returncode}: {self.log.read_text()}"
+                )
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
                     return self

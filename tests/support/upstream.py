@@ -280,7 +280,9 @@ class _Handler(BaseHTTPRequestHandler):
         deadline = time.monotonic() + seconds
         while True:
             remaining = deadline - time.monotonic()
-            readable, _, _ = select.select([self.connection], [], [], max(0.0, min(remaining, 0.05)))
+            readable, _, _ = select.select(
+                [self.connection], [], [], max(0.0, min(remaining, 0.05))
+            )
             if readable:
                 try:
                     if self.connection.recv(1, socket.MSG_PEEK) == b"":
