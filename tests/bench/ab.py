@@ -117,7 +117,7 @@ class Plan:
     puts: tuple[int, int]
 
 
-FULL = Plan(warmup=20, c1=(6, 60), stream=(6, 30), c32=(4, 640), puts=(6, 100))
+FULL = Plan(warmup=20, c1=(8, 80), stream=(8, 40), c32=(6, 640), puts=(8, 100))
 QUICK = Plan(warmup=3, c1=(2, 10), stream=(2, 5), c32=(1, 64), puts=(2, 10))
 
 
