@@ -83,9 +83,10 @@ class Ledger:
         (by every replica) and those of this process not written yet (from any thread)."""
         assert self.usage is not None
         now = utcnow()
-        return self.usage.tokens_today(user_id, now) + self._records.unwritten_tokens(
-            user_id, day_start(now)
-        )
+        # The queue first: a batch committed and dequeued between the two reads is then in
+        # the database's count (counted twice at worst), where the other order missed it.
+        unwritten = self._records.unwritten_tokens(user_id, day_start(now))
+        return unwritten + self.usage.tokens_today(user_id, now)
 
     def is_over_budget(self, user_id: str) -> bool:
         """Whether the user's runs of today reached `daily_token_budget`, so that they may not

@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from kvmem.db import Database
 from kvmem.entries import utcnow
 from kvmem.errors import StoreUnavailable
-from kvmem.ledger import MAX_BATCH, RecordBatches
+from kvmem.ledger import MAX_BATCH, Ledger, RecordBatches
 from kvmem.tables import AgentRunRecord
 from kvmem.usage import RunUsage, UsageStore, day_start
 from tests.support.apps import (
@@ -473,3 +473,47 @@ def test_kvmem_usage_prints_per_day_or_per_user(
     bad = run(["usage", "--config", config, "--days", "0"], cwd=tmp_path)
     assert bad.code == 2
     assert "0 is not in the range 1<=x<=366" in bad.stderr
+
+
+def test_the_budget_counts_a_batch_that_lands_between_its_two_reads() -> None:
+    """`tokens_today` adds this process's unwritten records to the database's. A batch that is
+    committed and leaves the queue between those two reads must still be counted (twice at
+    worst, which only ends the day a run early), never missed: missed, 50 concurrent runs of
+    one user went a run past the budget's bound (test_run_slots, on PostgreSQL under load)."""
+    landed = {"rows": 0, "done": False}
+    record = RunUsage(
+        user_id="ada",
+        conversation_id=None,
+        started_at=utcnow(),
+        duration_seconds=0.1,
+        model_calls=1,
+        input_tokens=10,
+        output_tokens=5,
+        cost_usd=None,
+        state="done",
+        writes=0,
+    )
+    ledger = Ledger(None, None, 40, None)  # type: ignore[arg-type]
+
+    def commit() -> None:  # the batch's transaction commits, then it leaves the queue
+        if not landed["done"]:
+            landed["done"] = True
+            landed["rows"] += 15
+            ledger._records._writing = []
+
+    class Database:  # what UsageStore.tokens_today reads; the batch lands right after
+        def tokens_today(self, user_id: str, now: datetime) -> int:
+            rows = landed["rows"]
+            commit()
+            return rows
+
+    class Writing(list[RunUsage]):  # the batch being written; it lands right after it is read
+        def __iter__(self) -> Any:
+            items = list(super().__iter__())
+            commit()
+            return iter(items)
+
+    ledger.usage = Database()  # type: ignore[assignment]
+    ledger._records._writing = Writing([record])
+    assert ledger.tokens_today("ada") >= 15
+    assert landed["done"]
