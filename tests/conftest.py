@@ -94,13 +94,16 @@ def make_client_for_url(tokens: TokenCounter) -> Iterator[Callable[[str], TestCl
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for this run, migrated, dropped at the end."""
+    """A fresh PostgreSQL database for this run (for this worker, under pytest-xdist),
+    migrated, dropped at the end."""
     from tests.support.pg import fresh_database
 
     admin_url = os.environ.get(POSTGRES_ENV)
     if not admin_url:
         raise RuntimeError(f"{POSTGRES_ENV} is not set")
-    with fresh_database(admin_url, "kvmem_test") as url:
+    # One per pytest-xdist worker too (each is a session of its own): named for the worker.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with fresh_database(admin_url, f"kvmem_test_{worker}") as url:
         db = Database.from_config(Config.model_validate({"database": {"url": url}}).database)
         upgrade(db.engine)
         db.dispose()
@@ -132,8 +135,9 @@ def make_config(database_url: str) -> Callable[..., Config]:
 
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite database migrated to the newest schema once for the run: each test's database
-    starts as a copy of it (running the migrations per test cost ~55 ms of CPU each)."""
+    """A SQLite database migrated to the newest schema once for the run (once per worker
+    under pytest-xdist: each has its own temporary folder): each test's database starts as a
+    copy of it (running the migrations per test cost ~55 ms of CPU each)."""
     path = tmp_path_factory.mktemp("template") / "kvmem.db"
     db = Database.from_config(
         Config.model_validate({"database": {"url": f"sqlite:///{path}"}}).database

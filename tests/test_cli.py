@@ -23,7 +23,8 @@ from kvmem.rules import MemoryRules
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from tests.support.matchers import ISO_TIME, entry
-from tests.support.processes import Result, free_port, run, run_all
+from tests.support.ports import PortHold
+from tests.support.processes import Result, run, run_all
 
 INVALID_KEY_MESSAGE = (
     "invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
@@ -590,8 +591,8 @@ def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> 
 def test_serve_answers_the_host_it_binds_and_refuses_other_names(tmp_path: Path) -> None:
     """`--host` overrides server.host, and the default server.allowed_hosts follows it."""
     (tmp_path / "local.yaml").write_text("database: {url: 'sqlite:///kv.db'}\n")
-    port = free_port()
-    url = f"http://127.0.0.2:{port}"
+    hold = PortHold("127.0.0.2")  # given back once kvmem has exited
+    url = f"http://127.0.0.2:{hold.port}"
     with (tmp_path / "serve.log").open("wb") as log:
         process = subprocess.Popen(
             [
@@ -604,7 +605,7 @@ def test_serve_answers_the_host_it_binds_and_refuses_other_names(tmp_path: Path)
                 "--host",
                 "127.0.0.2",
                 "--port",
-                str(port),
+                str(hold.port),
             ],
             cwd=tmp_path,
             stdout=subprocess.DEVNULL,
@@ -626,6 +627,7 @@ def test_serve_answers_the_host_it_binds_and_refuses_other_names(tmp_path: Path)
     finally:
         process.terminate()
         process.wait(20)
+        hold.close()
 
 
 def test_serve_in_local_mode_refuses_a_public_host(tmp_path: Path) -> None:

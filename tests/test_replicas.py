@@ -7,7 +7,6 @@ PostgreSQL (the several-replicas deployment).
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -24,16 +23,11 @@ from kvmem.proposals import ProposalStore
 from kvmem.rules import MemoryRules
 from kvmem.store import MemoryStore
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL
+from tests.support.ports import PortHold
 from tests.support.upstream import Reply
 
 SERVICE = {"Authorization": "Bearer replica-service-key", "X-User-Id": "alice"}
 TOKEN_LIMIT = 60
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
@@ -55,7 +49,9 @@ def replicas(database_url: str, upstream, tmp_path: Path):
     }
     path = tmp_path / "replica.yaml"
     path.write_text(json.dumps(config), encoding="utf-8")  # JSON is YAML
-    ports = [free_port(), free_port()]
+    # Held until the replicas have exited, so no other process takes them meanwhile.
+    holds = [PortHold(), PortHold()]
+    ports = [hold.port for hold in holds]
     logs = [tmp_path / f"replica-{port}.log" for port in ports]
     handles = [log.open("w") for log in logs]
     processes = [
@@ -91,6 +87,8 @@ def replicas(database_url: str, upstream, tmp_path: Path):
             process.wait()
         for handle in handles:
             handle.close()
+        for hold in holds:
+            hold.close()
 
 
 def sse(text: str) -> list[tuple[str, dict]]:

@@ -22,7 +22,7 @@ import yaml
 
 from tests.bench.load import JSON_HEADERS, SYSTEM_PROMPT, session, summary_ms
 from tests.bench.memory_path import memory_items
-from tests.bench.servers import HOST, Server, fleet, free_port
+from tests.bench.servers import HOST, Server, fleet
 
 RESULTS = Path(__file__).parent / "results"
 ENTRIES = 200
@@ -90,19 +90,19 @@ async def timed(url: str, requests: int, concurrency: int) -> dict[str, Any]:
 
 async def measure(plan: Plan, workdir: Path) -> dict[str, Any]:
     """Start kvmem, seed the user, warm up, then time c=1 and c=32."""
-    port = free_port()
-    config = workdir / "context.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "server": {"host": HOST, "port": port},
-                "database": {"url": f"sqlite:///{workdir / 'context.db'}"},
-                "auth": {"mode": "local"},
-                "memory": {"tokenLimit": 20000},
-            }
-        )
-    )
     with fleet(workdir) as servers:
+        port = servers.port()
+        config = workdir / "context.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "server": {"host": HOST, "port": port},
+                    "database": {"url": f"sqlite:///{workdir / 'context.db'}"},
+                    "auth": {"mode": "local"},
+                    "memory": {"tokenLimit": 20000},
+                }
+            )
+        )
         server = servers.kvmem("kvmem_context", config, port)
         await asyncio.to_thread(server.wait_ready, 120)
         await seed(server)

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from tests.support.ports import PortHold
+
 HOST = "127.0.0.1"
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "sk-bench"
@@ -37,13 +38,6 @@ UPSTREAM_MAIN = "bench-model"  # what the upstream sees (litellm drops the provi
 # through litellm), served by the upstream's Anthropic-shaped `/v1/messages`.
 ANTHROPIC_MODEL = "anthropic/bench-model"
 USER_ID = "local"  # auth.mode local: every request is this user
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 def tool(name: str) -> list[str]:
@@ -173,6 +167,14 @@ class Fleet:
 
     workdir: Path
     servers: list[Server] = field(default_factory=list)
+    holds: list[PortHold] = field(default_factory=list)
+
+    def port(self) -> int:
+        """A port for a server of this fleet, held from every other process until the fleet
+        stops (a port picked and let go could be taken first: tests/support/ports.py)."""
+        hold = PortHold(HOST)
+        self.holds.append(hold)
+        return hold.port
 
     def spawn(
         self,
@@ -207,9 +209,11 @@ class Fleet:
             self.servers.remove(server)
 
     def stop_all(self) -> None:
-        """Stop every server still running, newest first."""
+        """Stop every server still running, newest first; give their ports back."""
         while self.servers:
             self.stop(self.servers[-1])
+        while self.holds:
+            self.holds.pop().close()
 
     # -- the three kinds of server --------------------------------------------------------
 
@@ -217,7 +221,7 @@ class Fleet:
         self, main_latency: float, agent_latency: float, chunks: int, chunk_delay: float
     ) -> Server:
         """The scripted upstream (`tests.bench.upstream`), uvloop + httptools."""
-        port = free_port()
+        port = self.port()
         return self.spawn(
             "upstream",
             [
@@ -251,7 +255,7 @@ class Fleet:
     ) -> tuple[Path, int]:
         """Write `<name>.yaml` for a kvmem instance; (its path, its port). `auth` replaces
         the `auth` section (default `mode: local`)."""
-        port = free_port()
+        port = self.port()
         memory: dict[str, Any] = {"tokenLimit": 20000, **(memory_extra or {})}
         if agent is not None:
             memory["agent"] = {
@@ -297,7 +301,7 @@ class Fleet:
 
     def litellm_proxy(self, upstream: Server) -> Server:
         """The LiteLLM proxy in front of the same upstream: no database, no network."""
-        port = free_port()
+        port = self.port()
         config = {
             "model_list": [
                 {

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 import warnings
@@ -15,6 +14,7 @@ import uvicorn
 from starlette.testclient import TestClient
 
 from kvmem.services import Services
+from tests.support.ports import bound_socket
 
 # The base URL of test clients: a loopback Host, as a local program sends it. TestClient's
 # own default (`testserver`) is not a name `local` mode answers to (server.allowed_hosts).
@@ -101,13 +101,16 @@ class LiveServer:
 
     def __init__(self, app: Any, **options: Any) -> None:
         """`options` are more uvicorn settings (`kvmem.http_protocol.uvicorn_options`)."""
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        # Served on a socket bound here (not a port picked and let go: another process could
+        # take it first, see tests/support/ports.py).
+        self.socket = bound_socket()
+        self.port: int = self.socket.getsockname()[1]
         self.server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", **options)
         )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -125,6 +128,7 @@ class LiveServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+        self.socket.close()  # uvicorn closed it when it served; not when it failed to start
 
 
 def live_services(server: LiveServer) -> Services:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,19 +15,16 @@ from typing import Any
 
 import httpx
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from tests.support.ports import PortHold
 
 
 class ServeProcess:
     """One `python -m kvmem serve` with a config written from `sections`."""
 
     def __init__(self, folder: Path, sections: dict[str, Any], name: str = "kvmem") -> None:
-        self.port = free_port()
+        # Held until the server is stopped, so no other process takes it meanwhile.
+        self.hold = PortHold()
+        self.port = self.hold.port
         self.config = folder / f"{name}.yaml"
         self.config.write_text(json.dumps(sections), encoding="utf-8")  # JSON is YAML
         self.log = folder / f"{name}-{self.port}.log"
@@ -58,6 +54,7 @@ class ServeProcess:
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None:
+                self.hold.close()
                 raise AssertionError(
                     f"kvmem exited {self.process.returncode}: {self.log.read_text()}"
                 )
@@ -67,19 +64,20 @@ class ServeProcess:
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
+                self.stop()
                 raise AssertionError("kvmem did not start")
             time.sleep(0.05)
 
     def stop(self) -> None:
-        """Terminate the server (kill it if it does not exit)."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        """Terminate the server (kill it if it does not exit); its port is given back."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.hold.close()
 
 
 @dataclass(frozen=True)
