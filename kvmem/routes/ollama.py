@@ -19,16 +19,14 @@ from starlette.responses import JSONResponse, Response
 from kvmem.bodies import read_model
 from kvmem.errors import ModelNotFound, error_body
 from kvmem.main_call import MainCall
+from kvmem.ollama_replies import Reply, has_output, ndjson
 from kvmem.ollama_shapes import (
     OLLAMA_API_VERSION,
     ChatBody,
     GenerateBody,
     Generation,
-    Reply,
     ShowBody,
-    has_output,
     model_entry,
-    ndjson,
     resolve_model,
     show_reply,
     timestamp,

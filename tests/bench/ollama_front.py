@@ -207,7 +207,8 @@ async def front_work(iterations: int) -> dict[str, Any]:
     The model call, memory and the HTTP server are the same for both and left out."""
     from kvmem.bodies import parse_json, validate
     from kvmem.main_call import chat_lines
-    from kvmem.ollama_shapes import ChatBody, Reply, has_output
+    from kvmem.ollama_replies import Reply, has_output
+    from kvmem.ollama_shapes import ChatBody
     from kvmem.routes import openai
 
     async def chunks() -> Any:
