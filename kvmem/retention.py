@@ -17,11 +17,36 @@ import asyncio
 import logging
 
 from kvmem.errors import StoreUnavailable
-from kvmem.store import SWEEP_BATCH, MemoryStore
+from kvmem.store import MemoryStore
 
 log = logging.getLogger("kvmem.retention")
 
 SWEEP_EVERY_SECONDS = 3600.0
+# Expired changes deleted per transaction by the sweep: each holds SQLite's writer ~2 ms.
+SWEEP_BATCH = 200
+
+
+def prune_expired_batch(store: MemoryStore, batch: int = SWEEP_BATCH) -> int:
+    """Delete up to `batch` changes older than `keep_days`, of any user, in one short
+    transaction that a request's write never waits behind (on SQLite it starts only when
+    no other write is waiting); how many. The one query not scoped by user: it is
+    maintenance, and reads nothing back."""
+    with store.database.writing(background=True) as session:
+        deleted = store.history_log.prune_all(session, batch)
+    if deleted:
+        store.database.checkpoint()
+    return deleted
+
+
+def prune_expired_history(store: MemoryStore, batch: int = SWEEP_BATCH) -> int:
+    """Delete every user's changes older than `keep_days`, `batch` per transaction, in this
+    thread; how many (`prune_expired_batch` until none is left)."""
+    total = 0
+    while True:
+        deleted = prune_expired_batch(store, batch)
+        total += deleted
+        if deleted < batch:
+            return total
 
 
 async def sweep_history(store: MemoryStore, every: float = SWEEP_EVERY_SECONDS) -> None:
@@ -46,7 +71,7 @@ async def sweep_once(store: MemoryStore, batch: int = SWEEP_BATCH) -> int:
     total = 0
     while True:
         started = loop.time()
-        job = loop.run_in_executor(None, store.prune_expired_batch, batch)
+        job = loop.run_in_executor(None, prune_expired_batch, store, batch)
         try:
             deleted = await asyncio.shield(job)
         except asyncio.CancelledError:

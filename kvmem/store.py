@@ -24,9 +24,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 import anyio.to_thread
-from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
+from kvmem import write_statements as statements
 from kvmem.db import Database, rowcount
 from kvmem.driver_connection import Executor
 from kvmem.entries import Entry, Imported, Reverted, Written, utcnow
@@ -37,45 +37,11 @@ from kvmem.history import ChangeLog, ChangeSource
 from kvmem.imports import check_import_limit, count_document, import_change
 from kvmem.rules import MemoryRules
 from kvmem.snapshots import ENTRY_AT_KEY, MemoryReader
-from kvmem.tables import MemoryEntry, MemoryProposal, User
 from kvmem.tokens import TokenCounter
 
 log = logging.getLogger("kvmem.store")
 
-# Expired changes deleted per transaction by the sweep: each holds SQLite's writer ~2 ms.
-SWEEP_BATCH = 200
 ImportMode = Literal["merge", "replace"]
-
-# The writes' statements, built once and run as Core statements on the transaction's
-# connection.
-_BUMP = (
-    update(User)
-    .where(User.id == bindparam("user_id"))
-    .values(memory_version=User.memory_version + 1)
-)
-_TOTAL = select(func.coalesce(func.sum(MemoryEntry.token_count), 0)).where(
-    MemoryEntry.user_id == bindparam("user_id")
-)
-_ENTRIES_OF_USER = select(
-    MemoryEntry.id, MemoryEntry.key, MemoryEntry.value, MemoryEntry.token_count
-).where(MemoryEntry.user_id == bindparam("user_id"))
-_INSERT_ENTRY = insert(MemoryEntry)
-_REPLACE_ENTRY = (
-    update(MemoryEntry)
-    .where(MemoryEntry.id == bindparam("entry_id"))
-    .values(
-        value=bindparam("value"),
-        token_count=bindparam("token_count"),
-        source=bindparam("source"),
-        updated_at=bindparam("updated_at"),
-    )
-)
-_DELETE_ENTRY = delete(MemoryEntry).where(MemoryEntry.id == bindparam("entry_id"))
-_DELETE_ENTRIES = delete(MemoryEntry).where(MemoryEntry.user_id == bindparam("user_id"))
-_DELETE_PROPOSALS = delete(MemoryProposal).where(MemoryProposal.user_id == bindparam("user_id"))
-_SET_ENABLED = (
-    update(User).where(User.id == bindparam("user_id")).values(memories_enabled=bindparam("on"))
-)
 
 
 class MemoryStore(MemoryReader):
@@ -225,10 +191,10 @@ class MemoryStore(MemoryReader):
         the number of entries removed."""
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
-            result = connection.execute(_DELETE_ENTRIES, {"user_id": user_id})
+            result = connection.execute(statements.DELETE_ENTRIES, {"user_id": user_id})
             self.history_log.clear(connection, user_id)
-            connection.execute(_DELETE_PROPOSALS, {"user_id": user_id})
-            connection.execute(_BUMP, {"user_id": user_id})
+            connection.execute(statements.DELETE_PROPOSALS, {"user_id": user_id})
+            connection.execute(statements.BUMP, {"user_id": user_id})
             return rowcount(result)
 
     def write_locked(
@@ -263,7 +229,7 @@ class MemoryStore(MemoryReader):
         row = connection.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
         if row is not None:
             self._delete_locked(connection, user_id, row, source, conversation_id)
-        return None, connection.execute(_TOTAL, {"user_id": user_id}).scalar_one()
+        return None, connection.execute(statements.TOTAL, {"user_id": user_id}).scalar_one()
 
     def _set_locked(
         self,
@@ -277,7 +243,7 @@ class MemoryStore(MemoryReader):
     ) -> Written:
         """`set` inside a transaction that holds the user's lock (the value already clean)."""
         row = connection.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
-        total = connection.execute(_TOTAL, {"user_id": user_id}).scalar_one()
+        total = connection.execute(statements.TOTAL, {"user_id": user_id}).scalar_one()
         if row is not None and row.value == value:
             return Written(entry=Entry(*row[1:]), created=False, total_tokens=total)
         replaced = row.token_count if row else 0
@@ -286,7 +252,7 @@ class MemoryStore(MemoryReader):
         if row is None:
             entry = Entry(key, value, tokens, source, now, now)
             connection.execute(
-                _INSERT_ENTRY,
+                statements.INSERT_ENTRY,
                 {
                     "user_id": user_id,
                     "key": key,
@@ -300,7 +266,7 @@ class MemoryStore(MemoryReader):
         else:
             entry = Entry(key, value, tokens, source, row.created_at, now)
             connection.execute(
-                _REPLACE_ENTRY,
+                statements.REPLACE_ENTRY,
                 {
                     "entry_id": row.id,
                     "value": value,
@@ -319,7 +285,7 @@ class MemoryStore(MemoryReader):
             source,
             conversation_id,
         )
-        connection.execute(_BUMP, {"user_id": user_id})
+        connection.execute(statements.BUMP, {"user_id": user_id})
         return Written(
             entry=entry,
             created=row is None,
@@ -337,11 +303,11 @@ class MemoryStore(MemoryReader):
     ) -> tuple[Entry, int | None]:
         """`delete` of the entry `row` (an `ENTRY_AT_KEY` row) inside a transaction that holds
         the user's lock; the entry and change id."""
-        connection.execute(_DELETE_ENTRY, {"entry_id": row.id})
+        connection.execute(statements.DELETE_ENTRY, {"entry_id": row.id})
         change_id = self._record(
             connection, user_id, row.key, "delete", row.value, None, source, conversation_id
         )
-        connection.execute(_BUMP, {"user_id": user_id})
+        connection.execute(statements.BUMP, {"user_id": user_id})
         return Entry(*row[1:]), change_id
 
     def _record(
@@ -379,7 +345,8 @@ class MemoryStore(MemoryReader):
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
             existing = {
-                row.key: row for row in connection.execute(_ENTRIES_OF_USER, {"user_id": user_id})
+                row.key: row
+                for row in connection.execute(statements.ENTRIES_OF_USER, {"user_id": user_id})
             }
             dropped = [row for key, row in existing.items() if key not in counted]
             check_import_limit(
@@ -388,7 +355,7 @@ class MemoryStore(MemoryReader):
             changes: list[dict[str, Any]] = []
             for gone in dropped if mode == "replace" else []:
                 changes.append(import_change(gone.key, "delete", gone.value, None))
-                connection.execute(_DELETE_ENTRY, {"entry_id": gone.id})
+                connection.execute(statements.DELETE_ENTRY, {"entry_id": gone.id})
             now = utcnow()
             for key, (value, tokens) in counted.items():
                 row = existing.get(key)
@@ -397,7 +364,7 @@ class MemoryStore(MemoryReader):
                 changes.append(import_change(key, "set", row.value if row else None, value))
                 if row is None:
                     connection.execute(
-                        _INSERT_ENTRY,
+                        statements.INSERT_ENTRY,
                         {
                             "user_id": user_id,
                             "key": key,
@@ -410,7 +377,7 @@ class MemoryStore(MemoryReader):
                     )
                 else:
                     connection.execute(
-                        _REPLACE_ENTRY,
+                        statements.REPLACE_ENTRY,
                         {
                             "entry_id": row.id,
                             "value": value,
@@ -422,8 +389,8 @@ class MemoryStore(MemoryReader):
             if changes:
                 self.history_log.prune(connection, user_id)
                 self.history_log.record_many(connection, user_id, changes)
-                connection.execute(_BUMP, {"user_id": user_id})
-            total = connection.execute(_TOTAL, {"user_id": user_id}).scalar_one()
+                connection.execute(statements.BUMP, {"user_id": user_id})
+            total = connection.execute(statements.TOTAL, {"user_id": user_id}).scalar_one()
         return Imported(
             imported=len(counted),
             deleted=len(dropped) if mode == "replace" else 0,
@@ -468,29 +435,8 @@ class MemoryStore(MemoryReader):
                 _, recorded = self._delete_locked(
                     connection, user_id, row, "revert", conversation_id
                 )
-            total = connection.execute(_TOTAL, {"user_id": user_id}).scalar_one()
+            total = connection.execute(statements.TOTAL, {"user_id": user_id}).scalar_one()
             return Reverted(None, total, recorded)
-
-    def prune_expired_history(self, batch: int = SWEEP_BATCH) -> int:
-        """Delete every user's changes older than `keep_days`, `batch` per transaction; how
-        many (`prune_expired_batch` until none is left)."""
-        total = 0
-        while True:
-            deleted = self.prune_expired_batch(batch)
-            total += deleted
-            if deleted < batch:
-                return total
-
-    def prune_expired_batch(self, batch: int = SWEEP_BATCH) -> int:
-        """Delete up to `batch` changes older than `keep_days`, of any user, in one short
-        transaction that a request's write never waits behind (on SQLite it starts only when
-        no other write is waiting); how many. The one query not scoped by user: it is
-        maintenance, and reads nothing back."""
-        with self.database.writing(background=True) as session:
-            deleted = self.history_log.prune_all(session, batch)
-        if deleted:
-            self.database.checkpoint()
-        return deleted
 
     def clear_history(self, user_id: str) -> int:
         """Erase the user's change history (entries stay); how many changes were erased."""
@@ -519,7 +465,7 @@ class MemoryStore(MemoryReader):
         """Turn memory on or off for the user's chats."""
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
-            connection.execute(_SET_ENABLED, {"user_id": user_id, "on": enabled})
+            connection.execute(statements.SET_ENABLED, {"user_id": user_id, "on": enabled})
         return enabled
 
     def _check_limit(self, total: int, requested: int, *, replaced: int) -> None:

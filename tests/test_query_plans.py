@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 from kvmem.credentials import KeyStore
 from kvmem.db import Database
 from kvmem.entries import utcnow
+from kvmem.retention import prune_expired_history
 from kvmem.tables import (
     Conversation,
     MemoryChange,
@@ -201,7 +202,7 @@ def test_the_history_sweep_reads_expired_changes_by_index(
     seed_other_users(database)
     store = make_store(history={"keep_days": 30})
     with captured_statements(database.engine) as statements:
-        deleted = store.prune_expired_history(batch=50)
+        deleted = prune_expired_history(store, batch=50)
     assert deleted == OTHERS * 4
     assert len(statements) == 9  # 4 full batches and the last, empty one: a read and a delete each
     assert table_scans(database.engine, statements) == {}

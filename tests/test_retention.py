@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 
 from kvmem.db import Database
 from kvmem.entries import utcnow
+from kvmem.retention import prune_expired_history
 from kvmem.store import MemoryStore
 from kvmem.tables import MemoryChange, User
 from tests.support.apps import wait_until
@@ -70,7 +71,7 @@ def test_a_write_from_another_thread_lands_between_the_batches_of_prune_expired_
     store = make_store(history={"keep_days": 30})
     plant_expired(database, EXPIRED)
     swept: list[int] = []
-    sweeper = threading.Thread(target=lambda: swept.append(store.prune_expired_history()))
+    sweeper = threading.Thread(target=lambda: swept.append(prune_expired_history(store)))
     sweeper.start()
     try:
         wait_until(lambda: stored_changes(database) < EXPIRED, 30, "the sweep's first batch")
