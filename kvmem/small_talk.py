@@ -32,7 +32,14 @@ import unicodedata
 
 from kvmem.small_talk_phrases import (
     ABOUT_THE_USER,
+    CODE,
+    FIRST_PERSON,
+    FOLLOW_UPS,
     FRAMES,
+    MEMORY_WORDS,
+    NOT_ABOUT_THE_USER,
+    OPINION_COMPARISONS,
+    OPINION_OPTIONS,
     POLITE,
     QUESTIONS,
     REQUESTS,
@@ -77,20 +84,35 @@ _SENTENCE = re.compile(r"(?:[^.!?。！？;；\n]|\.(?=\S))+[.!?。！？;；]*"
 _QUESTION_MARK = re.compile(r"[?？]\s*$")
 
 _SOCIAL = _compile(*SOCIAL)
-_SOCIAL_PREFIX = re.compile(rf"^[\W_]*(?:{_SOCIAL.pattern})(?![^\W\d_])[\W_]*")
+# A Chinese sentence-final particle may follow ("你好呀").
+_SOCIAL_PREFIX = re.compile(rf"^[\W_]*(?:{_SOCIAL.pattern})[呀啊哇哦啦嘛吧]*(?![^\W\d_])[\W_]*")
+# "valeuuu", "lmaooo", "thanksss": a letter said three times or more is read once.
+_ELONGATED = re.compile(r"([^\W\d_])\1{2,}")
 
 _QUESTION = _compile(*QUESTIONS)
 
 _TASK = _compile(
     rf"^{POLITE}(?:{'|'.join(TASKS)})(?![\w'])",  # not "name's Bob"
     rf"^(?:{'|'.join(REQUESTS)})\b",
-    rf"^{POLITE}(?:帮我|给我|写|翻译|总结|解释|讲|介绍|推荐|列出|列举|生成|计算|修改|改|优化|分析|比较|说说|讲讲|描述|告诉我|用|做|画|设计)",
+    rf"^{POLITE}(?:帮我|给我|写|翻译|总结|解释|讲|介绍|推荐|列出|列举|生成|计算|修改|改|优化|分析|比较|说说|讲讲|描述|告诉我|用|做|画|设计"
+    r"|把(?:这|那|上面|下面|以上|它)|精简|缩短|改写|重写|加上|去掉|继续)",
+    # A Japanese request ends in the te-form: "短くして", "作って", "教えてください"; a bare
+    # te-form only after a verb that asks for work ("妊娠してて" states a fact).
+    r"(?:て|で)(?:ください|下さい|くれませんか|もらえますか|ほしい|欲しい)[。！!〜ー]*$",
     r"(?:教えて|書いて|訳して|翻訳して|説明して|要約して|まとめて|作って|考えて|直して|計算して|調べて"
-    r"|比較して|見せて|提案して|紹介して|描いて|挙げて|手伝って)(?:ください|下さい|くれ|くれる|ほしい|欲しい)?"
-    r"(?:ませんか)?[。！!]*$",
+    r"|比較して|見せて|提案して|紹介して|描いて|挙げて|手伝って|[くに]して|続けて|変えて|やり直して|書き直して"
+    r"|言い換えて)(?:ください|下さい|くれ|くれる|ほしい|欲しい)?(?:ませんか)?[。！!〜ー]*$",
 )
+_FOLLOW_UP = _compile(*(f"^(?:{f})" for f in FOLLOW_UPS))
+_OPINION_COMPARISON = _compile(*OPINION_COMPARISONS)
+_OPINION_OPTION = _compile(*OPINION_OPTIONS)
+_CODE = _compile(*CODE)
+# Code names no one: a loop's "i" is not the user, but a pasted line with "my" or "remember"
+# is read as prose.
+_NAMES_SOMEONE = _compile(*FIRST_PERSON, *MEMORY_WORDS)
+_LOOP_VARIABLE = re.compile(r"\bi\b(?!')")
 
-_FRAMES = _compile(*FRAMES)
+_FRAMES = _compile(*FRAMES, *NOT_ABOUT_THE_USER)
 _ABOUT_THE_USER = _compile(*ABOUT_THE_USER)
 
 
@@ -98,10 +120,14 @@ def is_small_talk(normalized: str) -> bool:
     """Whether a normalized message is positively small talk (see the module docstring)."""
     if len(normalized) > MAX_SMALL_TALK_CHARS:
         return False
-    text = _TRANSLATE_COLON.sub(" ", _QUOTED.sub(" ", normalized))
+    text = _TRANSLATE_COLON.sub(" ", _QUOTED.sub(" ", _ELONGATED.sub(r"\1", normalized)))
     remainders = []
+    code = False
     for found in _SENTENCE.finditer(text):
         sentence = found.group().strip()
+        if _is_code(sentence):
+            code = True  # read only around a question or task ("why does this fail?")
+            continue
         # Social words are peeled off the front ("thanks! ok, so why...?") until what is
         # left asks or sets a task ("show me..." is a task, not the Portuguese "show!").
         while not _asks_or_tasks(sentence) and (social := _SOCIAL_PREFIX.match(sentence)):
@@ -113,10 +139,23 @@ def is_small_talk(normalized: str) -> bool:
         if not _asks_or_tasks(sentence):
             return False
         remainders.append(sentence)
+    if code and not remainders:
+        return False
     return not _ABOUT_THE_USER.search(_FRAMES.sub(" ", "\n".join(remainders)))
 
 
 def _asks_or_tasks(sentence: str) -> bool:
+    """Whether a sentence asks, sets a task, or follows up on the previous answer."""
     return bool(
-        _QUESTION_MARK.search(sentence) or _QUESTION.search(sentence) or _TASK.search(sentence)
+        _QUESTION_MARK.search(sentence)
+        or _QUESTION.search(sentence)
+        or _TASK.search(sentence)
+        or _FOLLOW_UP.search(sentence)
+        or (_OPINION_COMPARISON.search(sentence) and _OPINION_OPTION.search(sentence))
+    )
+
+
+def _is_code(sentence: str) -> bool:
+    return bool(
+        _CODE.search(sentence) and not _NAMES_SOMEONE.search(_LOOP_VARIABLE.sub(" ", sentence))
     )
