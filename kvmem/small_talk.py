@@ -42,6 +42,7 @@ from kvmem.small_talk_phrases import (
     OPINION_OPTIONS,
     POLITE,
     QUESTIONS,
+    REMARKS,
     REQUESTS,
     SOCIAL,
     TASKS,
@@ -84,8 +85,14 @@ _SENTENCE = re.compile(r"(?:[^.!?。！？;；\n]|\.(?=\S))+[.!?。！？;；]*"
 _QUESTION_MARK = re.compile(r"[?？]\s*$")
 
 _SOCIAL = _compile(*SOCIAL)
-# A Chinese sentence-final particle may follow ("你好呀").
-_SOCIAL_PREFIX = re.compile(rf"^[\W_]*(?:{_SOCIAL.pattern})[呀啊哇哦啦嘛吧]*(?![^\W\d_])[\W_]*")
+# A Chinese sentence-final particle may follow ("你好呀"), and Chinese and Japanese write no
+# spaces, so there a phrase may run straight on ("哈哈你好逗"); a Latin or Cyrillic one must end
+# at a word's end.
+_SOCIAL_PREFIX = re.compile(
+    rf"^[\W_]*(?:{_SOCIAL.pattern})[呀啊哇哦啦嘛吧ー〜]*(?![^\W\d_\u3040-\u30ff\u3400-\u9fff])[\W_]*"
+)
+# Abbreviations do not end a sentence ("Docker vs. virtual machines").
+_ABBREVIATION = re.compile(r"\b(vs|etc|e\.g|i\.e|z\.b|bzw|usw|ca|dr|mr|mrs|ms|prof|st|nr)\. ")
 # "valeuuu", "lmaooo", "thanksss": a letter said three times or more is read once.
 _ELONGATED = re.compile(r"([^\W\d_])\1{2,}")
 
@@ -98,14 +105,15 @@ _TASK = _compile(
     r"|把(?:这|那|上面|下面|以上|它)|精简|缩短|改写|重写|加上|去掉|继续)",
     # A Japanese request ends in the te-form: "短くして", "作って", "教えてください"; a bare
     # te-form only after a verb that asks for work ("妊娠してて" states a fact).
-    r"(?:て|で)(?:ください|下さい|くれませんか|もらえますか|ほしい|欲しい)[。！!〜ー]*$",
+    r"(?:て|で)(?:ください|下さい|くれませんか|もらえますか|ほしい|欲しい)[。！!〜ー:]*$",
     r"(?:教えて|書いて|訳して|翻訳して|説明して|要約して|まとめて|作って|考えて|直して|計算して|調べて"
     r"|比較して|見せて|提案して|紹介して|描いて|挙げて|手伝って|[くに]して|続けて|変えて|やり直して|書き直して"
-    r"|言い換えて)(?:ください|下さい|くれ|くれる|ほしい|欲しい)?(?:ませんか)?[。！!〜ー]*$",
+    r"|言い換えて)(?:ください|下さい|くれ|くれる|ほしい|欲しい)?(?:ませんか)?[。！!〜ー:]*$",
 )
 _FOLLOW_UP = _compile(*(f"^(?:{f})" for f in FOLLOW_UPS))
 _OPINION_COMPARISON = _compile(*OPINION_COMPARISONS)
 _OPINION_OPTION = _compile(*OPINION_OPTIONS)
+_REMARK = _compile(*REMARKS)
 _CODE = _compile(*CODE)
 # Code names no one: a loop's "i" is not the user, but a pasted line with "my" or "remember"
 # is read as prose.
@@ -120,7 +128,8 @@ def is_small_talk(normalized: str) -> bool:
     """Whether a normalized message is positively small talk (see the module docstring)."""
     if len(normalized) > MAX_SMALL_TALK_CHARS:
         return False
-    text = _TRANSLATE_COLON.sub(" ", _QUOTED.sub(" ", _ELONGATED.sub(r"\1", normalized)))
+    text = _ELONGATED.sub(r"\1", _ABBREVIATION.sub(r"\1 ", normalized))
+    text = _TRANSLATE_COLON.sub(" ", _QUOTED.sub(" ", text))
     remainders = []
     code = False
     for found in _SENTENCE.finditer(text):
@@ -151,6 +160,7 @@ def _asks_or_tasks(sentence: str) -> bool:
         or _QUESTION.search(sentence)
         or _TASK.search(sentence)
         or _FOLLOW_UP.search(sentence)
+        or _REMARK.search(sentence)
         or (_OPINION_COMPARISON.search(sentence) and _OPINION_OPTION.search(sentence))
     )
 

@@ -14,6 +14,10 @@ from __future__ import annotations
 # Greetings, thanks, acknowledgements, laughter, goodbyes: a sentence made only of these is
 # social. They are peeled off the front of a sentence, so order longer phrases first.
 SOCIAL = (
+    # phrases that begin with a shorter social word ("no", "genau", "ok"), which would
+    # otherwise be peeled alone
+    r"no problem|no worries|no puedo(?: mas)?|genau so|ok merci|ok grazie|no pasa nada|non c'e problema|sem problema",
+    r"了解(?:です|しました)",  # before the Chinese "了解"
     # en
     r"(?:hi|hello|hey) there|hi|hello|hey+|hiya|yo|(?:thanks|thank you|thx|ty)(?: so much| very much| a lot| a ton| again| man| mate)?",
     r"tysm|cheers|my bad|no worries|all good|(?:that's |that is )?exactly what i (?:needed|wanted|was looking for)",
@@ -45,7 +49,7 @@ SOCIAL = (
     # it
     r"ciao|salve|buongiorno|buonasera|buonanotte|grazie(?: mille| tante)?|va bene|perfetto|capito|certo",
     r"sì|si|ottimo|bene|bello|bella(?: questa)?|(?:a?h+a+)+h*|arrivederci|a dopo|figo|fantastico",
-    r"utilissimo|(?:molto )?utile|mi è stato (?:molto )?utile|\w+issim[oaie]|sei (?:un tesoro|il migliore|la migliore|un grande|un mito|un genio|grande|fantastico)"
+    r"utilissimo|(?:molto )?utile|mi è stato (?:molto )?utile|\w+issim[oaie](?: quest[oa])?|sei (?:un tesoro|il migliore|la migliore|un grande|un mito|un genio|grande|fantastico)"
     r"|grande|mitico|geniale|che ridere|troppo forte|a tutti|tutti",
     # es
     r"hola|buenos dias|buenas (?:tardes|noches)|buenas|(?:muchas )?gracias|vale|perfecto|entendido|genial",
@@ -71,7 +75,7 @@ SOCIAL = (
     r"こんにちは|こんばんは|おはよう(?:ございます)?|おやすみ(?:なさい)?|(?:どうも)?ありがとう(?:ございます|ございました)?",
     r"どうも|了解(?:です|しました)?|わかりました|分かりました|なるほど|はい|いいえ|うん|w+|笑|草|すごい",
     r"さようなら|またね|よろしく(?:お願いします)?|お疲れ様(?:です)?|助かりました|助かった|助かる|それな|草生える|まじか|うける|ウケる"
-    r"|さすが|いいね|確かに|たしかに|おもしろい|面白い|ワロタ|(?:今日|きょう)(?:も|は)?(?:暑|寒|いい天気|雨)\w*?(?:です)?ね",
+    r"|さすが|いいね|確かに|たしかに|おもしろい|面白い|ワロタ|(?:今日|きょう)(?:も|は)?(?:暑|寒|いい天気|雨)\w*?(?:です)?ね[ー〜]*",
 )
 
 # Words that ask; a sentence ending with "?" asks too.
@@ -117,11 +121,11 @@ TASKS = (
     r"ecri[st]\w*|tradui[st]\w*|explique\w*|conseille\w*|indique\w*|resume\w*|corrige\w*|donne\w*|dis-moi|fais\w*|cree\w*"
     r"|genere\w*|calcule\w*|propose\w*|recommande\w*|aide\w*|montre\w*|raconte\w*|decri[st]\w*"
     r"|compare\w*|trouve\w*|reecri[st]\w*|ameliore\w*|liste\w*|reformule\w*|ajoute\w*|mets|enleve|raccourcis"
-    r"|detaille\w*|refais|recommence|rappelle-moi (?:ce qu|comment|qui|quand|ou|quel|pourquoi)",
+    r"|detaille\w*|refais|recommence|rappelle-moi (?=ce qu|comment|qui|quand|ou|quel|pourquoi)",
     r"schreib\w*|übersetz\w*|erklär\w*|erzähl\w*|fass\w*|korrigier\w*|gib|sag|mach\w*|erstell\w*|berechne\w*"
     r"|zeig\w*|hilf|empfiehl|beschreib\w*|vergleich\w*|finde?|formulier\w*|verbesser\w*|schlag\w*"
     r"|liste?|generier\w*|rechne|kurz\w*|mach's|machs|fug\w*|nimm|streich\w*"
-    r"|erinner mich (?:nochmal |noch mal |bitte )?,? ?(?:was|wie|wer|wann|wo|welche\w*|warum)",
+    r"|erinner(?:e)? mich(?: (?:nochmal|noch mal|bitte))?,? (?=was|wie|wer|wann|wo|welche|warum)",
     r"escrev\w*|traduz\w*|traduza|explica\w*|explique|resum\w*|corrig\w*|corrija|diz|diga|faz"
     r"|faça|cria|crie|gera|gere|calcula|sugere|sugira|recomenda|ajuda|mostra|conta|descreve|compara"
     r"|procura|reescreve|melhora|lista|indica|reformul\w*|deixa|deixe|coloca|coloque|adiciona|tira|encurta|refaz"
@@ -223,13 +227,22 @@ OPINION_OPTIONS = (
     r"|dritte|letzte|premiere|deuxieme|seconde|premier)\b|вариант|перв|втор|第一|第二|版本|方案|番目|案|バージョン",
 )
 
+# A remark on the day or the weather, without a word of the user ("Oggi piove tantissimo",
+# "Heute war ein anstrengender Tag", "今日も暑いですね").
+REMARKS = (
+    r"^(?:today|oggi|hoy|aujourd'hui|heute|hoje|сегодня)\b.*\b(?:day|weather|rain\w*|hot|cold|snow\w*|giornata|piove"
+    r"|caldo|freddo|nevica|dia|tiempo|llueve|calor|frio|journee|pluie|pleut|chaud|froid|tag|wetter|regnet|heiss|kalt"
+    r"|chuva|chove|день|погода|дождь|жарко|холодно)\b",
+    r"^(?:今天|今日)[^。]*(?:天气|下雨|好热|好冷|暑|寒|雨|心情)",
+)
+
 # Pasted code and error output, one sentence at a time; set aside unless they name the user
 # or memory (see kvmem/small_talk.py).
 CODE = (
     r"^(?:def|class|function|fn|func|public|private|static|const|let|var|import|#include)\b.*[(=:{;]",
     r"^(?:for|while|if|elif|else|try|except|with|switch|catch)\b.*[:{]$",
     r"^return(?: [\w.()\[\]]+)?;?$|^(?:print|console\.\w+|system\.\w+)\b ?\(",
-    r"^[\w.\[\]]+ ?(?:=|\+=|-=|:=|==) ?\S",
+    r"^(?:[\w.<>\[\]]+ ){0,2}[\w.\[\]]+ ?(?:=|\+=|-=|:=|==) ?\S",
     r"^[\w.]+\(.*\);?$",
     r"^[})\]]+[;,]?$",
     r"^select\b.*\bfrom\b|^insert into\b|^update \w+ set\b|^create table\b",
@@ -295,7 +308,7 @@ FRAMES = (
     r"|\b(?:explique|dis|donne|aide|montre|fais|ecris|raconte|conseille|propose|indique|rappelle)[- ]moi\b"
     r"|\bje prefere (?:la|le) (?:premiere|deuxieme|troisieme|derniere|seconde|premier|second|dernier)\b",
     r"\bich finde\b|\bfinde ich\b|\bmeiner meinung nach\b|\bich (?:denke|glaube)\b|\bich versteh(?:e)? (?:das )?nicht\b"
-    r"|\bversteh ich nicht\b|\b(?:ich )?meinte(?: ich)?\b|\bmir ist langweilig\b|\berinner mich\b(?= (?:nochmal |noch mal |bitte )?,? ?"
+    r"|\bversteh ich nicht\b|\b(?:ich )?meinte(?: ich)?\b|\bmir ist langweilig\b|\berinner(?:e)? mich\b(?=(?: (?:nochmal|noch mal|bitte))?,? "
     r"(?:was|wie|wer|wann|wo|welche|warum))|\bich (?:bekomme|kriege|krieg) (?:einen|diesen|den|immer)? ?fehler\b|\bals ob ich\b"
     r"|\bwenn ich (?:will|mochte)\b",
     r"\bacho que\b|\beu acho\b|\bpra mim\b|\bpara mim\b|\bnao (?:entendi|entendo)\b|\beu quis dizer\b"
@@ -339,7 +352,7 @@ NOT_ABOUT_THE_USER = (
     r"\b(?:di|a|da|in|con|su|per|tra|fra|tutti|sono|e|che|chi|quali|quanti|scritto|anche|tutte) i\b(?!')"
     r"|\bma (?=quindi|come|perche|non\b|se\b|e\b|io\b|tu\b|anche|poi\b|il\b|lo\b|che\b|cosa|dove|quando|allora|davvero"
     r"|dai\b|va\b)",
-    r"(?:算|说|写|理解|翻译)?错了|太\w了|(?:でした|だった)っけ|もう(?:少し|すこし|ちょっと|一度|いちど|一回|ひとつ|一つ)",
+    r"(?:算|说|写|理解|翻译)?错了|太\w了|你刚才|刚才你|刚才的|(?:でした|だった)っけ|もう(?:少し|すこし|ちょっと|一度|いちど|一回|ひとつ|一つ)",
 )
 
 
@@ -369,7 +382,8 @@ MEMORY_WORDS = (
     r"记|忘|删|存",
     r"запомн|запомина|забуд|забыв|забыть|удал|памят|сохран|запиш",
     r"\b(?:ricord|dimentic|salv|memori|segna|annot)\w*|\bcancell(?:a|i|o|are|ato|ata|ati|ami|alo|ala|ali|ale)\b",
-    r"\b(?:recuerd|acuerd|olvid|borr|guard|apunt|memori)\w*",
+    r"\b(?:recuerd|acuerd|olvid|guard|apunt|memori)\w*|\bborr(?:a|ar|e|en|es|o|ado|ada|ados|adas|alo|ala|alos|alas|ame"
+    r"|ando)\b",  # not "borrow"
     r"\b(?:souvien|rappelle|retien|oubli|efface|supprim|enregistr|memoire|memoris|note)\w*",
     r"\b(?:merk|vergiss|vergessen|losch|speicher|notier|gedachtnis)\w*",
     r"\b(?:lembr|esquec|apag|anot|memoria)\w*",
@@ -378,7 +392,10 @@ MEMORY_WORDS = (
 # Words of a change: a fact about the user that is new, or no longer true.
 CHANGE_WORDS = (
     r"\b(?:now|anymore|any more|no longer|btw|fyi|actually|moved|switched|changed|new|since)\b",
-    r"\b(?:retired|divorced|widowed|pregnant|engaged|graduated)\b",  # "retired last month, hobby ideas?"
+    # life events, which state a fact even without a pronoun ("retired last month, hobby ideas?")
+    r"\b(?:retired|divorced|widowed|pregnant|engaged|graduated|incinta|in pensione|embarazada|jubilad[oa]|gravida"
+    r"|aposentad[oa]|enceinte|a la retraite|schwanger|in rente|umgezogen|geheiratet|gekundigt)\b|беременн|на пенсии"
+    r"|怀孕|退休|妊娠|退職",
     r"(?:^|\n)\w+(?: \w+)? here\b",  # "vegan here, what can I cook?"
     r"现在|已经|不再|刚|最近|搬|换了|新的|了[，,]",
     r"теперь|больше не|уже не|нов\w+|сеичас|переех|бросил",
