@@ -8,20 +8,31 @@ is one of
   "好的，明白了", "ahah bella questa");
 - a question ("why is the sky blue?", "富士山の高さは？", "wie hoch ist die Zugspitze?");
 - a task ("write a prime checker", "translate ...", "summarise this", "erklär mir ...");
+- a follow-up on the previous answer ("shorter please", "and in French?", "that's not what I
+  meant", "still doesn't work"), or an opinion on the options it gave ("I think the second
+  one is better"); a bare "no" or "wait" is peeled off like a social word, so what follows
+  must be recognised on its own ("no, vivo a Roma" is not small talk);
+- a remark on the day or the weather ("Oggi piove tantissimo");
 
 and, outside quotes and code, nothing in it speaks of the user: no first-person word ("I",
 "my", "我", "мой", "sono", "私"...) once the first-person words that only frame a task are
-set aside ("help me", "how do I", "tell me", "spiegami", "帮我", "por onde começo"), no word
+set aside ("help me", "how do I", "tell me", "I think", "I don't understand", "spiegami",
+"帮我", "por onde começo") and the lookalikes ("memory leak", "New York"), no word
 of memory ("remember", "forget", "note", "记", "забудь", "覚え"...) and no word of change
 ("now", "anymore", "new", "jetzt", "теперь", "现在", "もう", "ました"...). Anything else —
 a statement, a fragment, a first-person fact inside a question — is not small talk, and the
 agent decides. So "I moved to Lyon, what should I see?" is not skipped, while "What should I
 see in Lyon?" is.
 
-The patterns are written for text normalized by kvmem.intent.normalize (casefolded; accents
-are stripped at compile time, as they are from messages) and cover English, Chinese,
-Russian, Italian, Spanish, French, German, Portuguese and Japanese, all tried on every
-message. This module does not decide what passes the gate (kvmem/intent.py does) and knows
+Pasted code and error output are set aside sentence by sentence when they name neither the
+user nor memory ("for i in range(3):" is code, its "i" no one), but a message of code alone is
+not small talk.
+
+The tables live in kvmem/small_talk_phrases.py (sentences) and kvmem/small_talk_words.py
+(words of the user, of memory, of change, and their lookalikes), written for text normalized
+by kvmem.intent.normalize (casefolded; accents are stripped at compile time, as they are from
+messages), for English, Chinese, Russian, Italian, Spanish, French, German, Portuguese and
+Japanese, all tried on every message. This module does not decide what passes the gate (kvmem/intent.py does) and knows
 nothing of config or the agent.
 """
 
@@ -31,13 +42,8 @@ import re
 import unicodedata
 
 from kvmem.small_talk_phrases import (
-    ABOUT_THE_USER,
     CODE,
-    FIRST_PERSON,
     FOLLOW_UPS,
-    FRAMES,
-    MEMORY_WORDS,
-    NOT_ABOUT_THE_USER,
     OPINION_COMPARISONS,
     OPINION_OPTIONS,
     POLITE,
@@ -46,6 +52,13 @@ from kvmem.small_talk_phrases import (
     REQUESTS,
     SOCIAL,
     TASKS,
+)
+from kvmem.small_talk_words import (
+    ABOUT_THE_USER,
+    FIRST_PERSON,
+    FRAMES,
+    MEMORY_WORDS,
+    NOT_ABOUT_THE_USER,
 )
 
 _ACCENTS = re.compile("[\u0300-\u036f]")
