@@ -32,6 +32,11 @@ HELDOUT_ROUNDS = (
     Path(__file__).parent / "data" / "intent_heldout2.jsonl",
 )
 TUNING = Path(__file__).parent / "data" / "intent_tuning.jsonl"
+# Written blind by other authors as held-out rounds, measured once (docs/agent.md), then tuned
+# on: tuning data now, asserted at the numbers reached less a small margin.
+TUNING_ROUNDS = tuple(
+    Path(__file__).parent / "data" / f"intent_heldout{n}.jsonl" for n in (3, 4, 5)
+)
 LABELS = ("explicit", "implicit", "chitchat")
 CORPUS_LANGUAGES = ("en", "zh", "ru", "it", "es", "fr", "de", "pt", "ja")
 INTENTS = ("explicit", "implicit")
@@ -169,6 +174,26 @@ def test_a_held_out_round_meets_the_targets(path):
     assert skipped[0] / skipped[1] >= 0.80
 
 
+@pytest.mark.parametrize("path", TUNING_ROUNDS, ids=lambda path: path.stem)
+def test_a_tuning_round_keeps_the_numbers_reached(path):
+    """Rounds 3-5 were tuned on (they no longer estimate anything): explicit and implicit
+    100 %, chit-chat skipped 91.6 / 97 / 94.5 % when this was written."""
+    gate = IntentGate()
+    messages = load_labelled(path)
+    passed = {m["text"]: gate.matches(m["text"]) for m in messages}
+    of = lambda label: [m for m in messages if m["label"] == label]  # noqa: E731
+    explicit = share(of("explicit"), lambda m: passed[m["text"]])
+    implicit = share(of("implicit"), lambda m: passed[m["text"]])
+    skipped = share(of("chitchat"), lambda m: not passed[m["text"]])
+    print(
+        f"\ntuning round: explicit {percent(explicit)}, implicit {percent(implicit)}, "
+        f"chit-chat skipped {percent(skipped)}"
+    )
+    assert explicit[0] == explicit[1]
+    assert implicit[0] / implicit[1] >= 0.97
+    assert skipped[0] / skipped[1] >= 0.88
+
+
 # --- what is and is not an intent --------------------------------------------------------
 
 
@@ -193,6 +218,48 @@ def test_a_held_out_round_meets_the_targets(path):
         "Erzähl mir einen Witz.",
         "Me indica uma série boa.",
         "ブラックホールとは何ですか？",
+        # reactions: laughter, compliments to the assistant, elongated words
+        "lmaooo ok that's actually funny",
+        "jajaja buenísimo",
+        "MDR t'es trop fort",
+        "哈哈哈哈你好逗",
+        "ахахах ну ты даёшь",
+        "valeuuu",
+        "www それな",
+        # follow-ups on the previous answer
+        "shorter please",
+        "and in French?",
+        "Can you make it shorter? Like two sentences max.",
+        "no, I meant the second option. redo it with that",
+        "lol no thats not what I meant",
+        "Plus court stp",
+        "mas corto porfa",
+        "Nochmal, aber diesmal als Tabelle",
+        "А теперь то же самое, но на английском.",
+        "再短一点",
+        "もう少し短くして",
+        "non funziona, mi dà sempre lo stesso errore",
+        # opinions on the options given, confusion
+        "I think the second option is better",
+        "Meglio la prima versione secondo me",
+        "Мне кажется, второй вариант лучше звучит.",
+        "I don't understand, can you explain it again?",
+        "não entendi, pode explicar de novo?",
+        "Tu peux détailler l'étape 3 ? je comprends pas d'où sort le 2π",
+        # first-person words that frame a task, and lookalikes
+        "What do you think I should name the function?",
+        "¿Me redactas un correo para pedir una reunión?",
+        "mi fai un riassunto dei promessi sposi in 5 righe",
+        "Explique-moi la relativité comme si j'avais 10 ans",
+        "what's a memory leak and how do I find one in node",
+        "Was ist ein Speicherleck?",
+        "Wie lange dauert ein Flug von Frankfurt nach New York?",
+        "remind me what the difference between affect and effect is",
+        # pasted code and errors around a question
+        "why does this fail?\nfor i in range(len(a)+1):\n    print(a[i])",
+        "почему у меня ошибка IndexError: list index out of range\n\na = [1, 2, 3]",
+        "このエラーの意味を教えてください\nTypeError: Cannot read properties of undefined",
+        "Oggi piove tantissimo.",
     ],
 )
 def test_small_talk_is_skipped(text):
@@ -229,6 +296,45 @@ def test_small_talk_is_skipped(text):
 )
 def test_anything_not_recognised_as_small_talk_passes(text):
     assert IntentGate().reason(text) == UNRECOGNISED
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # first-person facts phrased like the chit-chat that is skipped: after a reaction, a
+        # rejection or a follow-up, inside an opinion, next to code
+        "haha, I'm pregnant!",
+        "no, I meant I'm 34, not 43",
+        "I think I'm allergic to penicillin",
+        "shorter please, I'm reading on my phone",
+        "The second option is better for me, I'm diabetic",
+        "no, vivo a Roma",
+        "nein, wohne in Köln",
+        "いや、大阪に住んでいます",
+        "jajaja, embarazada de 5 meses",
+        "Besser ohne Fleisch, bin Vegetarier",
+        "Лучше без мяса, не ем мясо",
+        "Creo que soy celíaca",
+        "mi fai una torta? sono celiaca",
+        "on a adopté un chat hier, il faut quoi comme litière ?",
+        "Uso sempre LibreOffice e mai Word, come si fa un indice automatico?",
+        "Retired last month, hobby ideas?",
+        "¿Embarazada de nuevo, qué hago?",
+        "now in Berlin, any tips?",
+        "ahora en Madrid, ¿qué me recomiendas?",
+        "e-mail: bob@example.com",
+        "换工作了",
+        "妊娠してて",
+        "I prefer the metric system",
+        "recuérdame que mañana tengo dentista",
+        "remind me to take my pills at 8",
+        # a memory word always passes, even one that asks not to remember
+        "не запоминай это, просто спрошу: сколько стоит развод?",
+    ],
+)
+def test_facts_phrased_like_skipped_chit_chat_pass(text):
+    """Near misses of the classes skipped above: the gate must still call the agent."""
+    assert IntentGate().matches(text)
 
 
 @pytest.mark.parametrize(
