@@ -136,7 +136,7 @@ FIRST_PERSON = (
 MEMORY_WORDS = (
     r"\b(?:remember|rememb\w*|remeber|forget|memor\w*|note|notes|save|store|record|delete|erase"
     r"|remove|wipe)\b",
-    r"记|忘|删|存",
+    r"记|記|忘|删|刪|存",  # simplified and traditional
     r"запомн|запомина|забуд|забыв|забыть|удал|памят|сохран|запиш",
     r"\b(?:ricord|dimentic|salv|memori|segna|annot)\w*|\bcancell(?:a|i|o|are|ato|ata|ati|ami|alo|ala|ali|ale)\b",
     r"\b(?:recuerd|acuerd|olvid|guard|apunt|memori)\w*|\bborr(?:a|ar|e|en|es|o|ado|ada|ados|adas|alo|ala|alos|alas|ame"
