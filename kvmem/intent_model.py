@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from dataclasses import dataclass, field
 from importlib import resources
@@ -31,6 +32,8 @@ FORMAT = 1
 NGRAM_SIZES = (2, 3, 4)
 # Only so much of a message is read: longer ones never reach the model (they are not small talk).
 MAX_CHARS = 2_000
+# Clauses end at sentence marks and commas, in Latin and CJK punctuation.
+_CLAUSE_END = re.compile(r"[.!?;,\n。！？；，、]+")
 
 
 def feature_set(normalized: str) -> set[str]:
@@ -62,7 +65,16 @@ class Model:
     training: dict[str, float] = field(default_factory=dict)  # how it was trained, to rebuild
 
     def probability(self, normalized: str) -> float:
-        """How likely the message touches memory (explicit request or implicit update)."""
+        """How likely the message touches memory (explicit request or implicit update): the
+        highest of the whole message's score and each clause's, so that a fact before a
+        question ("I live in Lyon, what should I see?") is not outvoted by the question."""
+        clauses = [c for c in _CLAUSE_END.split(normalized[:MAX_CHARS]) if c.strip()]
+        scores = [self._score(normalized)]
+        if len(clauses) > 1:
+            scores += map(self._score, clauses)
+        return max(scores)
+
+    def _score(self, normalized: str) -> float:
         found = feature_set(normalized)
         get = self.weights.get
         z = self.bias + (sum(get(f, 0.0) for f in found) / math.sqrt(len(found)) if found else 0.0)

@@ -146,13 +146,17 @@ MEMORY_WORDS = (
     r"\b(?:lembr|esquec|apag|anot|memoria)\w*",
     r"覚え|忘れ|記憶|メモ|保存|消して|削除",
 )
-# Words of a change: a fact about the user that is new, or no longer true.
-CHANGE_WORDS = (
-    r"\b(?:now|anymore|any more|no longer|btw|fyi|actually|moved|switched|changed|new|since)\b",
-    # life events, which state a fact even without a pronoun ("retired last month, hobby ideas?")
+# Life events, which state a fact even without a pronoun ("retired last month, hobby ideas?");
+# like memory words, the intent gate's classifier never skips them.
+LIFE_EVENTS = (
     r"\b(?:retired|divorced|widowed|pregnant|engaged|graduated|incinta|in pensione|embarazada|jubilad[oa]|gravida"
     r"|aposentad[oa]|enceinte|a la retraite|schwanger|in rente|umgezogen|geheiratet|gekundigt)\b|беременн|на пенсии"
     r"|怀孕|退休|妊娠|退職",
+)
+# Words of a change: a fact about the user that is new, or no longer true.
+CHANGE_WORDS = (
+    r"\b(?:now|anymore|any more|no longer|btw|fyi|actually|moved|switched|changed|new|since)\b",
+    *LIFE_EVENTS,
     r"(?:^|\n)\w+(?: \w+)? here\b",  # "vegan here, what can I cook?"
     r"现在|已经|不再|刚|最近|搬|换了|新的|了[，,]",
     r"теперь|больше не|уже не|нов\w+|сеичас|переех|бросил",
