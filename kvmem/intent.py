@@ -8,9 +8,13 @@ agent call only a cost. So it skips only what it positively recognises as small 
 (kvmem/small_talk.py: greetings, thanks, acknowledgements, questions about the world, tasks
 with no first-person fact) and passes everything else, recognised or not.
 
-It is pure: compiled patterns per language, no model and no I/O. Messages are normalized
-first (NFKC, casefold, Latin and Cyrillic accents dropped, curly apostrophes straightened),
-so "Mémorise", "MEMORISE" and "memorise" read the same. Every language is tried on every
+What the rules pass only for want of recognising it, a small learned classifier may still
+skip when it is confident the message is chit-chat (kvmem/intent_model.py: a logistic
+regression on character n-grams, weights shipped as package data and read once); a message
+with a memory word or a life event, or longer than small talk, always passes
+(`model_may_read`). Otherwise it is pure: compiled patterns per language, no I/O. Messages
+are normalized first (NFKC, casefold, Latin and Cyrillic accents dropped, curly apostrophes
+straightened), so "Mémorise", "MEMORISE" and "memorise" read the same. Every language is tried on every
 message: users mix languages and a short message says too little to detect one.
 
 `reason` says why a message passes: the language of a recognised memory request
@@ -26,8 +30,10 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvmem import intent_model
 from kvmem.intent_patterns import KEYWORD_RULES, PATTERNS
-from kvmem.small_talk import is_small_talk
+from kvmem.small_talk import MAX_SMALL_TALK_CHARS, is_small_talk
+from kvmem.small_talk_words import LIFE_EVENTS, MEMORY_WORDS
 
 # Latin and Cyrillic diacritics (U+0300-U+036F) are dropped; Japanese voicing marks
 # (U+3099, U+309A) are kept, since dropping them would change the word.
@@ -77,6 +83,25 @@ class _KeywordRule:
         return False
 
 
+# What the classifier never skips: words of memory and life events.
+_ALWAYS_PASS = re.compile(
+    "|".join(f"(?:{_strip_accents(w)})" for w in (*MEMORY_WORDS, *LIFE_EVENTS))
+)
+
+
+def model_may_read(normalized: str) -> bool:
+    """Whether the model may judge a message the rules pass as unrecognised: it names no
+    memory ("remember", "forget", "save", "记", "забудь"...) and no life event ("pregnant",
+    "retired", "怀孕"...), which always pass, and is short enough to be small talk."""
+    return len(normalized) <= MAX_SMALL_TALK_CHARS and not _ALWAYS_PASS.search(normalized)
+
+
+def model_may_skip(normalized: str, model: intent_model.Model) -> bool:
+    """Whether a message the rules pass as unrecognised may still be skipped: the model may
+    read it and is confident it is chit-chat."""
+    return model_may_read(normalized) and model.is_chit_chat(normalized)
+
+
 # What `reason` answers for a message that is neither a recognised request nor small talk.
 UNRECOGNISED = "unrecognised"
 
@@ -86,7 +111,7 @@ class IntentGate:
     requests (built-in patterns plus the operator's `trigger_phrases`, matched
     case-insensitively as substrings) and anything unrecognised pass."""
 
-    def __init__(self, extra_phrases: Sequence[str] = ()) -> None:
+    def __init__(self, extra_phrases: Sequence[str] = (), *, model: bool = True) -> None:
         self._languages = {
             lang: _compile("|".join(f"(?:{p})" for p in patterns))
             for lang, patterns in PATTERNS.items()
@@ -96,6 +121,7 @@ class IntentGate:
             for lang, rules in KEYWORD_RULES.items()
         }
         self._phrases = tuple(dict.fromkeys(p for p in map(normalize, extra_phrases) if p))
+        self._model = model
 
     def matches(self, text: str) -> bool:
         """Whether the agent should read `text`: False only for recognised small talk."""
@@ -114,4 +140,8 @@ class IntentGate:
                 return language
             if any(rule.search(normalized) for rule in self._keyword_rules.get(language, ())):
                 return language
-        return None if is_small_talk(normalized) else UNRECOGNISED
+        if is_small_talk(normalized):
+            return None
+        if self._model and model_may_skip(normalized, intent_model.load()):
+            return None
+        return UNRECOGNISED

@@ -136,7 +136,7 @@ FIRST_PERSON = (
 MEMORY_WORDS = (
     r"\b(?:remember|rememb\w*|remeber|forget|memor\w*|note|notes|save|store|record|delete|erase"
     r"|remove|wipe)\b",
-    r"记|忘|删|存",
+    r"记|記|忘|删|刪|存",  # simplified and traditional
     r"запомн|запомина|забуд|забыв|забыть|удал|памят|сохран|запиш",
     r"\b(?:ricord|dimentic|salv|memori|segna|annot)\w*|\bcancell(?:a|i|o|are|ato|ata|ati|ami|alo|ala|ali|ale)\b",
     r"\b(?:recuerd|acuerd|olvid|guard|apunt|memori)\w*|\bborr(?:a|ar|e|en|es|o|ado|ada|ados|adas|alo|ala|alos|alas|ame"
@@ -146,13 +146,17 @@ MEMORY_WORDS = (
     r"\b(?:lembr|esquec|apag|anot|memoria)\w*",
     r"覚え|忘れ|記憶|メモ|保存|消して|削除",
 )
-# Words of a change: a fact about the user that is new, or no longer true.
-CHANGE_WORDS = (
-    r"\b(?:now|anymore|any more|no longer|btw|fyi|actually|moved|switched|changed|new|since)\b",
-    # life events, which state a fact even without a pronoun ("retired last month, hobby ideas?")
+# Life events, which state a fact even without a pronoun ("retired last month, hobby ideas?");
+# like memory words, the intent gate's classifier never skips them.
+LIFE_EVENTS = (
     r"\b(?:retired|divorced|widowed|pregnant|engaged|graduated|incinta|in pensione|embarazada|jubilad[oa]|gravida"
     r"|aposentad[oa]|enceinte|a la retraite|schwanger|in rente|umgezogen|geheiratet|gekundigt)\b|беременн|на пенсии"
     r"|怀孕|退休|妊娠|退職",
+)
+# Words of a change: a fact about the user that is new, or no longer true.
+CHANGE_WORDS = (
+    r"\b(?:now|anymore|any more|no longer|btw|fyi|actually|moved|switched|changed|new|since)\b",
+    *LIFE_EVENTS,
     r"(?:^|\n)\w+(?: \w+)? here\b",  # "vegan here, what can I cook?"
     r"现在|已经|不再|刚|最近|搬|换了|新的|了[，,]",
     r"теперь|больше не|уже не|нов\w+|сеичас|переех|бросил",

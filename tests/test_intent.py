@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +17,19 @@ from typing import Any
 
 import pytest
 
+from kvmem import intent_model
 from kvmem.config_loader import load_config
 from kvmem.errors import ConfigError
-from kvmem.intent import LANGUAGES, MAX_SCANNED_CHARS, UNRECOGNISED, IntentGate, normalize
+from kvmem.intent import (
+    LANGUAGES,
+    MAX_SCANNED_CHARS,
+    UNRECOGNISED,
+    IntentGate,
+    model_may_read,
+    normalize,
+)
 from kvmem.small_talk import MAX_SMALL_TALK_CHARS
+from tests.bench import train_gate
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, set_memory, wait_agents_idle
 from tests.support.matchers import entry
 from tests.support.upstream import Reply
@@ -36,6 +46,13 @@ TUNING = Path(__file__).parent / "data" / "intent_tuning.jsonl"
 # on: tuning data now, asserted at the numbers reached less a small margin.
 TUNING_ROUNDS = tuple(
     Path(__file__).parent / "data" / f"intent_heldout{n}.jsonl" for n in (3, 4, 5)
+)
+# Rounds 6 and 7, measured once on the rules (chit-chat skipped 30.9 / 69.1 %), are training
+# data of the classifier now (kvmem/intent_model.py): (round, implicit, chit-chat skipped)
+# asserted at the numbers reached less a margin.
+TRAINED_ROUNDS = (
+    (Path(__file__).parent / "data" / "intent_heldout6.jsonl", 0.92, 0.60),
+    (Path(__file__).parent / "data" / "intent_heldout7.jsonl", 0.92, 0.80),
 )
 LABELS = ("explicit", "implicit", "chitchat")
 CORPUS_LANGUAGES = ("en", "zh", "ru", "it", "es", "fr", "de", "pt", "ja")
@@ -174,10 +191,15 @@ def test_a_held_out_round_meets_the_targets(path):
     assert skipped[0] / skipped[1] >= 0.80
 
 
-@pytest.mark.parametrize("path", TUNING_ROUNDS, ids=lambda path: path.stem)
-def test_a_tuning_round_keeps_the_numbers_reached(path):
-    """Rounds 3-5 were tuned on (they no longer estimate anything): explicit and implicit
-    100 %, chit-chat skipped 91.6 / 97 / 94.5 % when this was written."""
+@pytest.mark.parametrize(
+    ("path", "implicit_floor", "skip_floor"),
+    [(path, 0.97, 0.88) for path in TUNING_ROUNDS] + list(TRAINED_ROUNDS),
+    ids=lambda value: value.stem if isinstance(value, Path) else str(value),
+)
+def test_a_tuning_round_keeps_the_numbers_reached(path, implicit_floor, skip_floor):
+    """Rounds 3-5 were tuned on and rounds 6-7 trained on (they no longer estimate anything;
+    docs/agent.md has the leave-one-round-out estimate): explicit 100 %, and implicit and
+    chit-chat skipped at the numbers reached less a margin."""
     gate = IntentGate()
     messages = load_labelled(path)
     passed = {m["text"]: gate.matches(m["text"]) for m in messages}
@@ -190,8 +212,98 @@ def test_a_tuning_round_keeps_the_numbers_reached(path):
         f"chit-chat skipped {percent(skipped)}"
     )
     assert explicit[0] == explicit[1]
-    assert implicit[0] / implicit[1] >= 0.97
-    assert skipped[0] / skipped[1] >= 0.88
+    assert implicit[0] / implicit[1] >= implicit_floor
+    assert skipped[0] / skipped[1] >= skip_floor
+
+
+# --- the classifier ---------------------------------------------------------------------
+
+
+def all_labelled_texts() -> list[str]:
+    texts = [m.text for m in load_corpus()]
+    for path in sorted((Path(__file__).parent / "data").glob("intent_*.jsonl")):
+        if path != CORPUS:
+            texts += [m["text"] for m in load_labelled(path)]
+    return texts
+
+
+def test_the_model_loads_once_and_scores_fast():
+    model = intent_model.load()
+    assert intent_model.load() is model
+    assert len(model.weights) > 1_000
+    assert 0 < model.threshold < 1
+    assert model.training["seed"] == train_gate.SEED
+    path = Path(intent_model.__file__).with_name(intent_model.MODEL_FILE)
+    assert path.stat().st_size < 1_000_000
+    texts = [normalize(t) for t in all_labelled_texts()]
+    start = time.perf_counter()
+    for text in texts:
+        model.probability(text)
+    assert (time.perf_counter() - start) / len(texts) < 0.002
+
+
+def test_training_again_gives_the_same_weights():
+    """The shipped file is what the committed script trains from tests/data, with the
+    settings it records (the threshold chosen by inner leave-one-round-out, the seed)."""
+    shipped = intent_model.load()
+    examples = train_gate.load_examples()
+    settings = train_gate.Settings(shipped.training["hard_weight"], shipped.threshold)
+    assert train_gate.model_of(examples, settings) == shipped
+
+
+def test_a_memory_word_always_passes_whatever_the_model_says():
+    """Every labelled message with a memory word that the rules pass, the gate passes."""
+    rules, gate = IntentGate(model=False), IntentGate()
+    named = [t for t in all_labelled_texts() if not model_may_read(normalize(t))]
+    assert len(named) > 500
+    assert [t for t in named if rules.matches(t) and not gate.matches(t)] == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "remember lol",
+        "haha ok forget it",
+        "ok thanks, save that",
+        "好的谢谢，记一下",
+        "ok спасибо, запомни",
+        "ahah grazie, ricordatelo",
+        "jaja gracias, guárdalo",
+        "merci, note-le",
+        "danke, merk dir das",
+        "valeu, anota aí",
+        "ありがとう、覚えておいて",
+    ],
+)
+def test_chit_chat_with_a_memory_word_passes(text):
+    assert not model_may_read(normalize(text))
+    assert IntentGate().matches(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I'm vegetarian",
+        "I work as a nurse",
+        "my son is 4",
+        "I moved to Lyon last week",
+        "I'm allergic to peanuts, what snacks are safe?",
+        "Sono vegano",
+        "Ich wohne in Köln",
+        "Je suis enceinte",
+        "我住在上海",
+        "Я работаю врачом",
+        "Trabajo como profesora",
+    ],
+)
+def test_first_person_facts_pass_the_classifier(text):
+    assert IntentGate().matches(text)
+
+
+def test_a_message_longer_than_small_talk_never_reaches_the_model():
+    text = "lol ok " * (MAX_SMALL_TALK_CHARS // 7 + 1)
+    assert not model_may_read(normalize(text))
+    assert IntentGate().matches(text)
 
 
 # --- what is and is not an intent --------------------------------------------------------
@@ -296,6 +408,7 @@ def test_small_talk_is_skipped(text):
 )
 def test_anything_not_recognised_as_small_talk_passes(text):
     assert IntentGate().reason(text) == UNRECOGNISED
+    assert IntentGate(model=False).reason(text) == UNRECOGNISED
 
 
 @pytest.mark.parametrize(
