@@ -63,14 +63,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without a PostgreSQL server to test against, PostgreSQL-only tests are deselected."""
-    if os.environ.get(POSTGRES_ENV):
-        return
-    kept = [item for item in items if not item.get_closest_marker("postgres_only")]
-    deselected = [item for item in items if item.get_closest_marker("postgres_only")]
-    if deselected:
-        config.hook.pytest_deselected(items=deselected)
-        items[:] = kept
+    """Without a PostgreSQL server to test against, PostgreSQL-only tests are deselected.
+
+    Tests marked `slow` run first: the run's worker processes (pytest-xdist, `-n` in
+    pyproject.toml) take tests in this order, so the long ones start at once, side by side,
+    instead of one of them starting last and running alone at the end."""
+    if not os.environ.get(POSTGRES_ENV):
+        kept = [item for item in items if not item.get_closest_marker("postgres_only")]
+        deselected = [item for item in items if item.get_closest_marker("postgres_only")]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = kept
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow first
 
 
 @pytest.fixture

@@ -54,6 +54,7 @@ def keys(database: Database) -> KeyStore:
 # -- local mode --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_local_mode_needs_no_credentials_and_is_user_local(
     make_client: MakeClient, make_store: Callable[..., MemoryStore]
 ) -> None:

@@ -13,6 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# The quick benchmark: eight servers and the LiteLLM proxy.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = {
     "latency",

@@ -10,6 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Fills 20,000 users and starts two servers.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 ROUTES = {
     "GET /memory",

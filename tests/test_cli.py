@@ -26,6 +26,9 @@ from tests.support.matchers import ISO_TIME, entry
 from tests.support.ports import PortHold
 from tests.support.processes import Result, run, run_all
 
+# Each command is a real process (a Python start-up each).
+pytestmark = pytest.mark.slow
+
 INVALID_KEY_MESSAGE = (
     "invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
     "starts with a letter, and is not 'export', 'history', 'nothing' or 'proposals'"

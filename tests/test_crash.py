@@ -15,6 +15,9 @@ from tests.support.apps import AGENT_MODEL, MAIN_MODEL
 from tests.support.processes import ServeProcess
 from tests.support.upstream import Reply
 
+# Kills and restarts real servers.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def processes():

@@ -29,6 +29,9 @@ from tests.support.apps import (
 from tests.support.processes import ServeProcess
 from tests.support.upstream import Reply, ScriptedUpstream
 
+# One `kvmem serve` for the module: its tests stay on one worker.
+pytestmark = pytest.mark.xdist_group("hardening")
+
 MakeClient = Callable[..., TestClient]
 COMPLETION = {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]}
 

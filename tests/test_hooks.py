@@ -419,6 +419,7 @@ def test_agent_bad_input_is_400_and_calls_no_model(
     assert upstream.requests == []
 
 
+@pytest.mark.slow
 def test_the_context_benchmark_runs(tmp_path):
     """`python -m tests.bench.context_hook --quick` runs against a real server (numbers unchecked)."""
     repo = Path(__file__).resolve().parents[1]

@@ -608,6 +608,7 @@ def test_only_the_newest_user_message_opens_the_gate(upstream, chat_sections, ma
     assert request.messages[1]["content"].endswith("Human: Jot this down: no mushrooms.")
 
 
+@pytest.mark.slow
 def test_the_gate_benchmark_runs():
     """`python -m tests.bench.intent_gate --quick` still works (its numbers are not checked)."""
     result = subprocess.run(

@@ -41,6 +41,9 @@ from kvmem.rules import MemoryRules
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 
+# Property tests over many random operations.
+pytestmark = pytest.mark.slow
+
 SEED = 20261129
 THREADS, OPS = 8, 60
 TOKEN_LIMIT = 60

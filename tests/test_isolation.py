@@ -392,6 +392,7 @@ ROUTES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "path", "body"), ROUTES)
 def test_outsiders_learn_nothing_on_any_route(
     world: World, method: str, path: str, body: Any
@@ -693,6 +694,7 @@ def test_hooks_and_mcp_never_reach_the_other_user(world: World, how: str) -> Non
 # --- the CLI --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_memory_commands_with_user_touch_only_that_user(
     world: World, database_url: str, tmp_path: Path
 ) -> None:
@@ -1187,6 +1189,7 @@ def error_shape_problem(path: str, status: int, content: bytes) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_fuzzed_requests_find_no_500_and_no_cross_user_read(
     make_client: Callable[..., TestClient], chat_sections: Any, upstream: Any, database: Database
 ) -> None:

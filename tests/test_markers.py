@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -95,6 +96,7 @@ def test_markers_never_leak_at_any_chunk_boundaries(
     assert run(list(text)) == (shown, written)  # one character at a time
 
 
+@pytest.mark.slow
 def test_a_reply_split_at_every_set_of_boundaries() -> None:
     text = "Noted [1]. [MEMORY: city = Paris][FORGET: name]"
     expected = ("Noted [1].", [Marker("set", "city", "Paris"), Marker("delete", "name")])

@@ -27,6 +27,9 @@ from kvmem.store import MemoryStore
 from tests.support.matchers import ISO_TIME, entry
 from tests.support.processes import ServeProcess
 
+# Real `kvmem mcp` and `kvmem serve` processes.
+pytestmark = pytest.mark.slow
+
 VALID_KEYS = ["city", "diary", "drink"]
 MEMORY = {"validKeys": VALID_KEYS, "tokenLimit": 20, "charLimit": 40}
 SERVICE_KEY = "svc-mcp-3f9a1c"

@@ -24,6 +24,9 @@ from tests.support.matchers import ISO_TIME, entry
 from tests.support.processes import ServeProcess
 from tests.support.upstream import Reply, ScriptedUpstream
 
+# One server for the module: its tests stay on one worker.
+pytestmark = pytest.mark.xdist_group("ollama")
+
 MODEL_ID = f"openai/{MAIN_MODEL}"
 # The module's server is shared, so conftest's per-test `chat_client` cannot reach it: the
 # run's forced client (KVMEM_TEST_CHAT_CLIENT, see conftest) is read here, `auto` otherwise.

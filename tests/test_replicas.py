@@ -26,6 +26,9 @@ from tests.support.apps import AGENT_MODEL, MAIN_MODEL
 from tests.support.ports import PortHold
 from tests.support.upstream import Reply
 
+# Two real servers on one database.
+pytestmark = pytest.mark.slow
+
 SERVICE = {"Authorization": "Bearer replica-service-key", "X-User-Id": "alice"}
 TOKEN_LIMIT = 60
 

@@ -10,10 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import pytest
 from starlette.testclient import TestClient
 
 from tests.support.apps import AGENT_MODEL, LiveServer, live_services, wait_agents_idle, wait_until
 from tests.support.upstream import Reply
+
+# Fifty concurrent agent runs.
+pytestmark = pytest.mark.slow
 
 MakeClient = Callable[..., TestClient]
 SERVICE = {"Authorization": "Bearer service-secret"}

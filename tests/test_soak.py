@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import psutil
+import pytest
 
 from kvmem.upstream import UPSTREAM_KEEPALIVE_SECONDS
 from tests.support.apps import (
@@ -34,6 +35,9 @@ from tests.support.apps import (
     wait_until,
 )
 from tests.support.upstream import Reply
+
+# Seconds of mixed traffic.
+pytestmark = pytest.mark.slow
 
 SOAK_ENV = "KVMEM_SOAK_SECONDS"
 SOAK_SECONDS = float(os.environ.get(SOAK_ENV) or 16)

@@ -35,6 +35,9 @@ from tests.support.browser import PageLog, launch
 from tests.support.processes import ServeProcess, run
 from tests.support.upstream import Reply, ScriptedUpstream
 
+# One browser and two servers for the module: its tests stay on one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ui")]
+
 SERVICE_KEY = "svc-ui-4d2c7f1e9a"
 VALID_KEYS = ["user_preferences", "learned_facts", "personal_info", "conversation_context"]
 TOKEN_LIMIT = 40

@@ -403,6 +403,7 @@ def test_a_budget_of_zero_allows_no_run(
     assert upstream.received(AGENT_MODEL) == []
 
 
+@pytest.mark.slow
 def test_the_budget_holds_across_two_processes(
     database_url: str, database: Database, chat_sections: Sections, upstream: Any, tmp_path: Path
 ) -> None:
