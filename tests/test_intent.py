@@ -47,12 +47,26 @@ TUNING = Path(__file__).parent / "data" / "intent_tuning.jsonl"
 TUNING_ROUNDS = tuple(
     Path(__file__).parent / "data" / f"intent_heldout{n}.jsonl" for n in (3, 4, 5)
 )
-# Rounds 6 and 7, measured once on the rules (chit-chat skipped 30.9 / 69.1 %), are training
-# data of the classifier now (kvmem/intent_model.py): (round, implicit, chit-chat skipped)
-# asserted at the numbers reached less a margin.
+# Rounds 6 and 7, measured once on the rules (chit-chat skipped 30.9 / 69.1 %), and rounds 8
+# and 9, measured once on the rules and the classifier as then trained (78.1 / 74.4 %), are
+# training data of the classifier now (kvmem/intent_model.py): (round, implicit, chit-chat
+# skipped) asserted at the numbers reached less a margin.
 TRAINED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout6.jsonl", 0.92, 0.60),
     (Path(__file__).parent / "data" / "intent_heldout7.jsonl", 0.92, 0.80),
+    (Path(__file__).parent / "data" / "intent_heldout8.jsonl", 0.92, 0.88),
+    (Path(__file__).parent / "data" / "intent_heldout9.jsonl", 0.95, 0.90),
+)
+# Every held-out round in the order written: (round, least size, most texts repeated from the
+# corpus, the tuning file or an earlier round). Later authors repeat some short chit-chat
+# ("ciao!", "mdr", "草") and a few longer messages; docs/agent.md counts them.
+ROUNDS_WRITTEN = tuple(
+    zip(
+        (*HELDOUT_ROUNDS, *TUNING_ROUNDS, *(path for path, _, _ in TRAINED_ROUNDS)),
+        (250, 120, 240, 240, 250, 265, 270, 300, 300),
+        (0, 0, 0, 1, 1, 0, 11, 12, 12),
+        strict=True,
+    )
 )
 LABELS = ("explicit", "implicit", "chitchat")
 CORPUS_LANGUAGES = ("en", "zh", "ru", "it", "es", "fr", "de", "pt", "ja")
@@ -148,8 +162,15 @@ def test_recall_and_skip_rate_on_the_corpus_meet_the_targets():
 # --- the held-out round ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("path", "size"), list(zip(HELDOUT_ROUNDS, (250, 120), strict=True)))
-def test_a_held_out_round_is_new_and_covers_every_language(path, size):
+@pytest.mark.parametrize(
+    ("path", "size", "repeats"),
+    ROUNDS_WRITTEN,
+    ids=lambda value: value.stem if isinstance(value, Path) else str(value),
+)
+def test_a_held_out_round_is_new_and_covers_every_language(path, size, repeats):
+    """Every round: each label in each language and mixed, no text twice, and none (rounds
+    1-3, 6) or only the counted few (the others) already in the corpus, the tuning file or an
+    earlier round."""
     heldout = load_labelled(path)
     assert len(heldout) >= size
     assert {(m["lang"], m["label"]) for m in heldout} == {
@@ -157,9 +178,13 @@ def test_a_held_out_round_is_new_and_covers_every_language(path, size):
     }
     texts = [m["text"] for m in heldout]
     assert len(set(texts)) == len(texts)
-    others = [m["text"] for other in HELDOUT_ROUNDS if other != path for m in load_labelled(other)]
+    written = [p for p, _, _ in ROUNDS_WRITTEN]
+    earlier = {m["text"] for other in written[: written.index(path)] for m in load_labelled(other)}
     tuned_on = {m.text for m in load_corpus()} | {m["text"] for m in load_labelled(TUNING)}
-    assert [text for text in texts if text in tuned_on.union(others)] == []
+    repeated = [text for text in texts if text in tuned_on | earlier]
+    print(f"\n{path.stem}: {len(repeated)} texts seen before:", *repeated, sep="\n  ")
+    assert len(repeated) <= repeats
+    assert [text for text in texts if text in tuned_on] == []
 
 
 @pytest.mark.parametrize("path", HELDOUT_ROUNDS, ids=lambda path: path.stem)
@@ -197,7 +222,7 @@ def test_a_held_out_round_meets_the_targets(path):
     ids=lambda value: value.stem if isinstance(value, Path) else str(value),
 )
 def test_a_tuning_round_keeps_the_numbers_reached(path, implicit_floor, skip_floor):
-    """Rounds 3-5 were tuned on and rounds 6-7 trained on (they no longer estimate anything;
+    """Rounds 3-5 were tuned on and rounds 6-9 trained on (they no longer estimate anything;
     docs/agent.md has the leave-one-round-out estimate): explicit 100 %, and implicit and
     chit-chat skipped at the numbers reached less a margin."""
     gate = IntentGate()

@@ -15,7 +15,7 @@ threshold (most skipping) at which, over the rounds left out of training in an i
 leave-one-round-out, the model skips at most 3 % of the implicit updates and 1 % of the
 explicit requests that the rules pass. Features and training settings are fixed below.
 
-`--loro` prints the honest estimate: for each of rounds 3-7, train on everything else
+`--loro` prints the cross-validated estimate: for each round of ROUNDS, train on everything else
 (the corpus, the tuning file and rounds 1-2 always), choose the threshold on the remaining
 rounds only, and measure the combined gate (rules, then the model) on the held round, beside
 the rules alone.
