@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import tomllib
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -154,8 +155,16 @@ def test_the_built_in_suite_covers_every_category_and_language() -> None:
 
 
 def test_the_suite_is_package_data() -> None:
-    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8")
-    assert '"kvmem" = ["ui/*.html", "ui/*.js", "ui/*.css", "ui/*.svg", "eval/*.yaml"]' in pyproject
+    """`pip install .` ships the built-in suite (and the intent gate's model, read the same
+    way): each is named in pyproject's package data and matches a file that exists."""
+    pyproject = tomllib.loads(
+        (Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    )
+    shipped = pyproject["tool"]["setuptools"]["package-data"]["kvmem"]
+    assert {"eval/*.yaml", "intent_model.json"} <= set(shipped)
+    package = Path(__file__).parents[1] / "kvmem"
+    assert [p.name for p in package.glob("eval/*.yaml")] == ["suite.yaml"]
+    assert (package / "intent_model.json").is_file()
 
 
 # --- scoring the real agent path --------------------------------------------------------
