@@ -14,6 +14,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import logging
+import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,18 @@ from kvmem.upstream import ClientName, Target, UpstreamClient
 
 # LibreChat's provider names that are not litellm's (after lower-casing).
 PROVIDER_ALIASES = {"azureopenai": "azure", "google": "gemini"}
+
+
+logger = logging.getLogger(__name__)
+
+
+def _import_quietly() -> None:
+    """The preloading thread's work: a failed import is logged here and raised again by the
+    first request that needs litellm (a failed import leaves nothing in sys.modules)."""
+    try:
+        load_litellm()
+    except Exception as exc:  # the request path imports again and raises it to its caller
+        logger.warning("litellm failed to import beside start-up: %r", exc)
 
 
 def _secret(value: SecretStr | None) -> str | None:
@@ -147,21 +162,34 @@ class ModelClient:
         self.on_call = on_call
         self.direct = DirectClient(self.scrubber, on_call, max_connections=max_connections)
         self._litellm: LiteLLMClient | None = None
+        # The thread importing litellm beside start-up, when a configured model needs it.
+        self.preloading: threading.Thread | None = None
 
     @classmethod
     def from_config(
         cls, config: Config, on_call: Callable[[str, float], None] | None = None
     ) -> ModelClient:
-        """The client for `config`: its secrets scrubbed, its pool size; litellm imported
-        now when a configured model needs it (so the first request does not wait for it)."""
+        """The client for `config`: its secrets scrubbed, its pool size; when a configured
+        model needs litellm, its import starts now in a thread (see `preload_litellm`)."""
         client = cls(
             SecretScrubber.from_config(config),
             on_call,
             max_connections=config.chat.max_connections,
         )
         if uses_litellm(config):
-            client.litellm()
+            client.preload_litellm()
         return client
+
+    def preload_litellm(self) -> None:
+        """Import litellm in a thread: about 3 s of CPU that used to come before ready (the
+        default `ollama/...` model needs it), and that the first request would otherwise pay.
+        A request that needs litellm before the import ends waits for it (Python's import
+        lock), then goes on; the import's error, if any, is raised there."""
+        if self.preloading is None and "litellm" not in sys.modules:
+            self.preloading = threading.Thread(
+                target=_import_quietly, name="kvmem-litellm", daemon=True
+            )
+            self.preloading.start()
 
     def litellm(self) -> LiteLLMClient:
         """The litellm client, made on first use."""

@@ -370,6 +370,39 @@ def test_a_direct_only_server_never_imports_litellm(database: Any, database_url:
     assert (result.returncode, result.stdout, result.stderr) == (0, "[]\n", "")
 
 
+def test_litellm_is_imported_beside_start_up_not_before_it() -> None:
+    """The default `ollama/...` model needs litellm (~3 s of imports): the client starts its
+    import in a thread, so `kvmem serve` is ready without waiting for it; a direct-only
+    config starts no such thread."""
+    script = (
+        "import sys, threading\n"
+        "class Watch:\n"
+        "    seen = []\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'litellm':\n"
+        "            Watch.seen.append(threading.current_thread().name)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Watch())\n"
+        "from kvmem.config import Config\n"
+        "from kvmem.model_client import ModelClient\n"
+        "direct = ModelClient.from_config(Config.model_validate(\n"
+        "    {'chat': {'model': 'openai/m', 'api_base': 'http://127.0.0.1:1/v1'}}))\n"
+        "assert direct.preloading is None and Watch.seen == []\n"
+        "client = ModelClient.from_config(Config.model_validate({}))\n"
+        "assert client.preloading is not None\n"
+        "client.preloading.join(120)\n"
+        "print(Watch.seen, 'litellm' in sys.modules, client.litellm() is client.litellm())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=180
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0,
+        "['kvmem-litellm'] True True\n",
+        "",
+    )
+
+
 def test_an_unknown_client_is_a_config_error() -> None:
     with pytest.raises(ValidationError) as caught:
         Config.model_validate({"chat": {"client": "fast"}})
