@@ -167,16 +167,21 @@ class ModelClient:
 
     @classmethod
     def from_config(
-        cls, config: Config, on_call: Callable[[str, float], None] | None = None
+        cls,
+        config: Config,
+        on_call: Callable[[str, float], None] | None = None,
+        *,
+        preload: bool = True,
     ) -> ModelClient:
         """The client for `config`: its secrets scrubbed, its pool size; when a configured
-        model needs litellm, its import starts now in a thread (see `preload_litellm`)."""
+        model needs litellm, its import starts now in a thread (see `preload_litellm`)
+        unless `preload` is false (a process that may never call a model)."""
         client = cls(
             SecretScrubber.from_config(config),
             on_call,
             max_connections=config.chat.max_connections,
         )
-        if uses_litellm(config):
+        if preload and uses_litellm(config):
             client.preload_litellm()
         return client
 

@@ -100,8 +100,12 @@ def mcp(user_id: str) -> None:
 
     from kvmem.app import build_services
     from kvmem.mcp_server import serve_stdio
+    from kvmem.model_client import ModelClient
 
-    services = build_services(loaded.config, database=database)
+    # The MCP tools read and write memory and never call a model: litellm (~3 s of CPU and
+    # ~100 MiB) is not imported for a desktop assistant's session.
+    client = ModelClient.from_config(loaded.config, preload=False)
+    services = build_services(loaded.config, database=database, client=client)
 
     async def serve() -> None:
         try:
