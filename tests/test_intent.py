@@ -187,17 +187,31 @@ def test_a_held_out_round_is_new_and_covers_every_language(path, size, repeats):
     assert [text for text in texts if text in tuned_on] == []
 
 
+def measure_round(
+    path: Path,
+) -> tuple[list[dict[str, str]], dict[str, bool], tuple[tuple[int, int], ...]]:
+    """A round's messages, what the gate does with each, and (explicit passed, implicit
+    passed, chit-chat skipped)."""
+    gate = IntentGate()
+    messages = load_labelled(path)
+    passed = {m["text"]: gate.matches(m["text"]) for m in messages}
+    of = lambda label: [m for m in messages if m["label"] == label]  # noqa: E731
+    return (
+        messages,
+        passed,
+        (
+            share(of("explicit"), lambda m: passed[m["text"]]),
+            share(of("implicit"), lambda m: passed[m["text"]]),
+            share(of("chitchat"), lambda m: not passed[m["text"]]),
+        ),
+    )
+
+
 @pytest.mark.parametrize("path", HELDOUT_ROUNDS, ids=lambda path: path.stem)
 def test_a_held_out_round_meets_the_targets(path):
     """The regression guard for the table in docs/agent.md ("Intent gate"), whose numbers were measured on each round
     before any change made after looking at it."""
-    gate = IntentGate()
-    heldout = load_labelled(path)
-    passed = {m["text"]: gate.matches(m["text"]) for m in heldout}
-    of = lambda label: [m for m in heldout if m["label"] == label]  # noqa: E731
-    explicit = share(of("explicit"), lambda m: passed[m["text"]])
-    implicit = share(of("implicit"), lambda m: passed[m["text"]])
-    skipped = share(of("chitchat"), lambda m: not passed[m["text"]])
+    heldout, passed, (explicit, implicit, skipped) = measure_round(path)
     print(
         f"\nheld-out: explicit {percent(explicit)}, implicit {percent(implicit)}, "
         f"chit-chat skipped {percent(skipped)}"
@@ -225,13 +239,7 @@ def test_a_tuning_round_keeps_the_numbers_reached(path, implicit_floor, skip_flo
     """Rounds 3-5 were tuned on and rounds 6-9 trained on (they no longer estimate anything;
     docs/agent.md has the leave-one-round-out estimate): explicit 100 %, and implicit and
     chit-chat skipped at the numbers reached less a margin."""
-    gate = IntentGate()
-    messages = load_labelled(path)
-    passed = {m["text"]: gate.matches(m["text"]) for m in messages}
-    of = lambda label: [m for m in messages if m["label"] == label]  # noqa: E731
-    explicit = share(of("explicit"), lambda m: passed[m["text"]])
-    implicit = share(of("implicit"), lambda m: passed[m["text"]])
-    skipped = share(of("chitchat"), lambda m: not passed[m["text"]])
+    _, _, (explicit, implicit, skipped) = measure_round(path)
     print(
         f"\ntuning round: explicit {percent(explicit)}, implicit {percent(implicit)}, "
         f"chit-chat skipped {percent(skipped)}"
