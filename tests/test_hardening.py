@@ -323,13 +323,16 @@ HEAD_LIMIT = 8192
 
 @pytest.fixture(scope="module")
 def kvmem_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    """A real `kvmem serve` (its own SQLite file) with an 8 KiB bound on request heads."""
+    """A real `kvmem serve` (its own SQLite file) with an 8 KiB bound on request heads. Its
+    chat model goes the direct path: the default (`ollama/...`) would import litellm in a
+    thread beside start-up, ~80 MiB that a memory measurement could catch mid-way."""
     folder = tmp_path_factory.mktemp("serve")
     process = ServeProcess(
         folder,
         {
             "server": {"max_header_bytes": HEAD_LIMIT},
             "database": {"url": f"sqlite:///{folder / 'kvmem.db'}"},
+            "chat": {"model": "openai/unused", "api_base": "http://127.0.0.1:9/v1"},
         },
     ).start()
     yield process
