@@ -10,7 +10,7 @@ with no first-person fact) and passes everything else, recognised or not.
 
 What the rules pass only for want of recognising it, a small learned classifier may still
 skip when it is confident the message is chit-chat (kvmem/intent_model.py: a logistic
-regression on character n-grams, weights shipped as package data and read once); a message
+regression on character n-grams, weights shipped as package data, read once when the first gate is built); a message
 with a memory word or a life event, or longer than small talk, always passes
 (`model_may_read`). Otherwise it is pure: compiled patterns per language, no I/O. Messages
 are normalized first (NFKC, casefold, Latin and Cyrillic accents dropped, curly apostrophes
@@ -121,7 +121,8 @@ class IntentGate:
             for lang, rules in KEYWORD_RULES.items()
         }
         self._phrases = tuple(dict.fromkeys(p for p in map(normalize, extra_phrases) if p))
-        self._model = model
+        # Read now (~0.1 s, once per process), when the agent is built, not in a request.
+        self._model = intent_model.load() if model else None
 
     def matches(self, text: str) -> bool:
         """Whether the agent should read `text`: False only for recognised small talk."""
@@ -142,6 +143,6 @@ class IntentGate:
                 return language
         if is_small_talk(normalized):
             return None
-        if self._model and model_may_skip(normalized, intent_model.load()):
+        if self._model is not None and model_may_skip(normalized, self._model):
             return None
         return UNRECOGNISED

@@ -10,17 +10,17 @@ names memory or is too long to be small talk (kvmem/intent.py decides that, not 
 This module owns the features (`features`), the weights' file format and loading it, and
 scoring. The weights are package data, `kvmem/intent_model.json`, written by
 `python -m tests.bench.train_gate` from the labelled messages in tests/data (deterministic:
-training again gives the same file); they are read lazily, once, on the first score. Pure
+training again gives the same file); they are read once, when the first gate is built (kvmem/intent.py). Pure
 Python and the standard library: no download, no numpy. It reads text already normalized by
 kvmem.intent.normalize and imports nothing of kvmem.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
-import threading
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -112,15 +112,7 @@ class Model:
         )
 
 
-_lock = threading.Lock()
-_loaded: list[Model] = []
-
-
+@functools.cache
 def load() -> Model:
     """The shipped model, read from package data on first use and kept."""
-    if not _loaded:
-        with _lock:
-            if not _loaded:
-                text = resources.files("kvmem").joinpath(MODEL_FILE).read_text(encoding="utf-8")
-                _loaded.append(Model.from_json(text))
-    return _loaded[0]
+    return Model.from_json(resources.files("kvmem").joinpath(MODEL_FILE).read_text("utf-8"))
