@@ -4,6 +4,7 @@ of a real `kvmem serve` over streamable HTTP, with kvmem's auth, rules and user 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -335,6 +336,36 @@ def test_kvmem_mcp_acts_for_local_by_default(
     run(work)
     assert [(e.key, e.value) for e in store.snapshot("local").entries] == [("city", "Oslo")]
     assert store.get("alice", "city").value == "Rome"
+
+
+def test_kvmem_mcp_never_imports_litellm(config_file: Path):
+    """Its tools never call a model: the default `ollama/...` chat model, which makes
+    `kvmem serve` import litellm beside start-up, costs `kvmem mcp` nothing."""
+    script = (
+        "import sys, threading\n"
+        "class Watch:\n"
+        "    seen = []\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'litellm':\n"
+        "            Watch.seen.append(threading.current_thread().name)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Watch())\n"
+        "from kvmem.cli import main\n"
+        "main(['mcp', '--config', %r], standalone_mode=False)\n"  # stdin is empty: it ends
+        "for thread in threading.enumerate():\n"
+        "    if thread.name == 'kvmem-litellm':\n"
+        "        thread.join(120)\n"
+        "print(Watch.seen)\n"
+    ) % str(config_file)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+    assert (done.returncode, done.stdout.splitlines()[-1:]) == (0, ["[]"]), done.stderr
 
 
 def test_kvmem_mcp_refuses_a_bad_user(config_file: Path):
