@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
 from pydantic import SecretStr
 
 from kvmem.config import ChatConfig, Config
@@ -188,8 +189,8 @@ class ModelClient:
     def preload_litellm(self) -> None:
         """Import litellm in a thread: about 3 s of CPU that used to come before ready (the
         default `ollama/...` model needs it), and that the first request would otherwise pay.
-        A request that needs litellm before the import ends waits for it (Python's import
-        lock), then goes on; the import's error, if any, is raised there."""
+        A request that needs litellm before the import ends waits for it in a worker thread
+        (`_after_import`), then goes on; the import's error, if any, is raised there."""
         if self.preloading is None and "litellm" not in sys.modules:
             self.preloading = threading.Thread(
                 target=_import_quietly, name="kvmem-litellm", daemon=True
@@ -206,17 +207,49 @@ class ModelClient:
     def _for(self, target: Target) -> UpstreamClient:
         return self.direct if target.client == "direct" else self.litellm()
 
+    def _importing_for(self, target: Target) -> threading.Thread | None:
+        """The preloading thread, when `target` needs litellm and its import has not ended."""
+        thread = self.preloading
+        if target.client == "direct" or thread is None or not thread.is_alive():
+            return None
+        return thread
+
+    async def _after_import(self, target: Target) -> UpstreamClient:
+        """The client for `target`, once litellm's import (if under way) has ended: waited
+        for in a worker thread, so the event loop serves on, and before the call's own
+        timeout starts, so the wait does not eat the model's time."""
+        thread = self._importing_for(target)
+        if thread is not None:
+            await anyio.to_thread.run_sync(thread.join)
+        return self._for(target)
+
     async def complete(
         self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
     ) -> dict[str, Any]:
         """One non-streamed completion, as an OpenAI `chat.completion` dict."""
-        return await self._for(target).complete(target, messages, user_id, **request)
+        client = await self._after_import(target)
+        return await client.complete(target, messages, user_id, **request)
 
     def stream(
         self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
     ) -> AsyncIterator[dict[str, Any]]:
         """A streamed completion: `chat.completion.chunk` dicts as the upstream sends them."""
-        return self._for(target).stream(target, messages, user_id, **request)
+        if self._importing_for(target) is None:  # the usual case: no extra layer per chunk
+            return self._for(target).stream(target, messages, user_id, **request)
+        return self._stream_after_import(target, messages, user_id, **request)
+
+    async def _stream_after_import(
+        self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        client = await self._after_import(target)
+        chunks = client.stream(target, messages, user_id, **request)
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            close = getattr(chunks, "aclose", None)
+            if close is not None:
+                await close()
 
     async def aclose(self) -> None:
         """Close both clients' connections (at shutdown)."""

@@ -13,18 +13,21 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import anyio
 import pytest
 from pydantic import ValidationError
 from starlette.testclient import TestClient
 
 from kvmem.config import Config
 from kvmem.model_client import (
+    ModelClient,
     agent_target,
     chat_target,
     choose_client,
     token_prices,
     uses_litellm,
 )
+from kvmem.upstream import Target
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, sse_events
 from tests.support.upstream import Reply, ScriptedUpstream
 
@@ -401,6 +404,33 @@ def test_litellm_is_imported_beside_start_up_not_before_it() -> None:
         "['kvmem-litellm'] True True\n",
         "",
     )
+
+
+def test_a_request_waits_for_litellm_s_import_without_blocking_the_event_loop() -> None:
+    """A request that needs litellm while the start-up import is still under way waits for
+    it in a worker thread: the loop serves other requests meanwhile, and the call's own
+    timeout starts only once the import has ended (a blocked loop ate a 'hang' test's
+    timeout before the request was sent)."""
+    client = ModelClient()
+    imported = threading.Event()
+    client.preloading = threading.Thread(target=imported.wait, args=(10,), daemon=True)
+    client.preloading.start()
+    order: list[str] = []
+
+    async def main() -> None:
+        async def other_request() -> None:
+            await anyio.sleep(0.05)
+            order.append("loop served")
+            imported.set()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(other_request)
+            chosen = await client._after_import(Target(model="ollama/m", client="litellm"))
+            order.append("litellm client")
+            assert chosen is client.litellm()
+
+    anyio.run(main)
+    assert order == ["loop served", "litellm client"]
 
 
 def test_an_unknown_client_is_a_config_error() -> None:
