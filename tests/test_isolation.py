@@ -8,6 +8,7 @@ draws fresh random examples each run).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import uuid
@@ -777,6 +778,7 @@ ERROR_CODES = {
     422: {"invalid_key", "key_not_allowed", "empty_value", "value_too_long"},
 }
 FUZZ_USERS = ("alice", "bob")
+NOBODYS_CONVERSATION = str(uuid.uuid4())
 VICTIM = "carol"  # seeded, never acted for: must come out of the run untouched
 
 
@@ -833,6 +835,7 @@ def cast_of(client: TestClient, upstream: Any, database: Database) -> Cast:
     return Cast(credentials, markers, conversations)
 
 
+@functools.cache
 def json_values() -> st.SearchStrategy[Any]:
     text = st.text(alphabet=st.characters(codec=None, categories=None), max_size=30)
     scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | text
@@ -843,6 +846,7 @@ def json_values() -> st.SearchStrategy[Any]:
     )
 
 
+@functools.cache
 def any_text(max_size: int = 40) -> st.SearchStrategy[str]:
     """Text of any code points, lone surrogates included (JSON can spell them as \\udXXX)."""
     # st.text never draws surrogates, so join characters by hand.
@@ -866,15 +870,20 @@ PATH_TRICKS = [
 ]
 
 
-@st.composite
-def path_segments(draw: Any, known: list[str]) -> str:
-    """A path segment: known names, valid and invalid keys, unicode, long, percent tricks."""
-    text = draw(
+@functools.cache
+def segment_texts(known: tuple[str, ...]) -> st.SearchStrategy[str]:
+    return (
         st.sampled_from(known)
         | st.from_regex(r"[a-z][a-z0-9_]{0,140}", fullmatch=True)
         | any_text(20).filter(lambda s: s != "")
         | st.text(min_size=100, max_size=400)
     )
+
+
+@st.composite
+def path_segments(draw: Any, known: list[str]) -> str:
+    """A path segment: known names, valid and invalid keys, unicode, long, percent tricks."""
+    text = draw(segment_texts(tuple(known)))
     encoded = quote(text.encode("utf-8", "surrogatepass"), safe="")
     if draw(st.integers(0, 3)):  # mostly as a client would encode it
         return encoded
@@ -882,114 +891,11 @@ def path_segments(draw: Any, known: list[str]) -> str:
     return draw(st.sampled_from([trick, encoded + trick, trick + encoded]))
 
 
-@st.composite
-def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
-    """(credentials index, method, path, body) — shaped by the API's schema, then bent."""
-    conversation_ids = [*cast.conversations.values(), str(uuid.uuid4())]
-    route = draw(
-        st.sampled_from(
-            [
-                "memory",
-                "key",
-                "key",
-                "key",
-                "preferences",
-                "chat",
-                "chat",
-                "conversations",
-                "conversation",
-                "conversation",
-                "completions",
-                "models",
-                "healthz",
-                "ollama_chat",
-                "ollama_generate",
-                "ollama_tags",
-                "ollama_show",
-                "history",
-                "key_history",
-                "revert",
-                "revert",
-                "export",
-                "import",
-                "import",
-                "me",
-                "context",
-                "agent",
-                "mcp",
-                "mcp",
-                "proposals",
-                "proposal",
-                "proposal",
-            ]
-        )
-    )
-    path = {
-        "context": "/memory/context",
-        "agent": "/memory/agent",
-        "mcp": "/mcp",
-        "memory": "/memory",
-        "preferences": "/preferences",
-        "chat": "/chat",
-        "conversations": "/conversations",
-        "completions": "/v1/chat/completions",
-        "models": "/v1/models",
-        "healthz": "/healthz",
-        "ollama_chat": "/api/chat",
-        "ollama_generate": "/api/generate",
-        "ollama_tags": "/api/tags",
-        "ollama_show": "/api/show",
-        "export": "/memory/export",
-        "me": "/me",
-        "proposals": "/memory/proposals",
-    }.get(route)
-    if route == "key":
-        path = "/memory/" + draw(path_segments(KNOWN_KEYS))
-    elif route in ("key_history", "revert"):
-        path = f"/memory/{draw(path_segments(KNOWN_KEYS))}/{route.removeprefix('key_')}"
-    elif route == "history":
-        params = draw(
-            st.dictionaries(
-                st.sampled_from(["key", "limit", "before"]),
-                st.sampled_from(KNOWN_KEYS) | st.integers(-2, 2**64).map(str) | any_text(10),
-                max_size=3,
-            )
-        )
-        query = "&".join(
-            f"{name}={quote(value.encode('utf-8', 'surrogatepass'), safe='')}"
-            for name, value in params.items()
-        )
-        path = "/memory/history" + (f"?{query}" if query else "")
-    elif route == "import":
-        mode = draw(st.sampled_from(["", "?mode=merge", "?mode=replace", "?mode=nope"]))
-        path = "/memory/import" + mode
-    elif route == "conversation":
-        path = "/conversations/" + draw(path_segments(conversation_ids))
-    elif route == "proposal":  # the cast's proposals are ids 1-3
-        action = draw(st.sampled_from(["accept", "reject"]))
-        path = f"/memory/proposals/{draw(path_segments(['1', '2', '3', '4', '0']))}/{action}"
-    usual = {
-        "key": "PUT",
-        "preferences": "PATCH",
-        "chat": "POST",
-        "completions": "POST",
-        "ollama_chat": "POST",
-        "ollama_generate": "POST",
-        "ollama_show": "POST",
-        "revert": "POST",
-        "import": "POST",
-        "me": "DELETE",
-        "context": "POST",
-        "agent": "POST",
-        "mcp": "POST",
-        "proposal": "POST",
-    }.get(route, "GET")
-    method = draw(
-        st.sampled_from(
-            [usual, usual, usual, "GET", "PUT", "DELETE", "PATCH", "POST", "HEAD", "OPTIONS"]
-        )
-    )
-    shaped = {
+@functools.cache
+def body_strategies(conversation_ids: tuple[str, ...]) -> dict[str, st.SearchStrategy[Any]]:
+    """Each route's body, shaped by its schema (built once: building strategies per example
+    cost most of the fuzz test's time)."""
+    return {
         "key": st.fixed_dictionaries({"value": any_text()}, optional={"source": json_values()}),
         "preferences": st.fixed_dictionaries(
             {"memories": st.booleans() | json_values()},
@@ -1129,7 +1035,117 @@ def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
                 | json_values(),
             },
         ),
-    }.get(route, json_values())
+    }
+
+
+@st.composite
+def fuzz_requests(draw: Any, cast: Cast) -> tuple[int, str, str, bytes | None]:
+    """(credentials index, method, path, body) — shaped by the API's schema, then bent."""
+    conversation_ids = [*cast.conversations.values(), NOBODYS_CONVERSATION]
+    route = draw(
+        st.sampled_from(
+            [
+                "memory",
+                "key",
+                "key",
+                "key",
+                "preferences",
+                "chat",
+                "chat",
+                "conversations",
+                "conversation",
+                "conversation",
+                "completions",
+                "models",
+                "healthz",
+                "ollama_chat",
+                "ollama_generate",
+                "ollama_tags",
+                "ollama_show",
+                "history",
+                "key_history",
+                "revert",
+                "revert",
+                "export",
+                "import",
+                "import",
+                "me",
+                "context",
+                "agent",
+                "mcp",
+                "mcp",
+                "proposals",
+                "proposal",
+                "proposal",
+            ]
+        )
+    )
+    path = {
+        "context": "/memory/context",
+        "agent": "/memory/agent",
+        "mcp": "/mcp",
+        "memory": "/memory",
+        "preferences": "/preferences",
+        "chat": "/chat",
+        "conversations": "/conversations",
+        "completions": "/v1/chat/completions",
+        "models": "/v1/models",
+        "healthz": "/healthz",
+        "ollama_chat": "/api/chat",
+        "ollama_generate": "/api/generate",
+        "ollama_tags": "/api/tags",
+        "ollama_show": "/api/show",
+        "export": "/memory/export",
+        "me": "/me",
+        "proposals": "/memory/proposals",
+    }.get(route)
+    if route == "key":
+        path = "/memory/" + draw(path_segments(KNOWN_KEYS))
+    elif route in ("key_history", "revert"):
+        path = f"/memory/{draw(path_segments(KNOWN_KEYS))}/{route.removeprefix('key_')}"
+    elif route == "history":
+        params = draw(
+            st.dictionaries(
+                st.sampled_from(["key", "limit", "before"]),
+                st.sampled_from(KNOWN_KEYS) | st.integers(-2, 2**64).map(str) | any_text(10),
+                max_size=3,
+            )
+        )
+        query = "&".join(
+            f"{name}={quote(value.encode('utf-8', 'surrogatepass'), safe='')}"
+            for name, value in params.items()
+        )
+        path = "/memory/history" + (f"?{query}" if query else "")
+    elif route == "import":
+        mode = draw(st.sampled_from(["", "?mode=merge", "?mode=replace", "?mode=nope"]))
+        path = "/memory/import" + mode
+    elif route == "conversation":
+        path = "/conversations/" + draw(path_segments(conversation_ids))
+    elif route == "proposal":  # the cast's proposals are ids 1-3
+        action = draw(st.sampled_from(["accept", "reject"]))
+        path = f"/memory/proposals/{draw(path_segments(['1', '2', '3', '4', '0']))}/{action}"
+    usual = {
+        "key": "PUT",
+        "preferences": "PATCH",
+        "chat": "POST",
+        "completions": "POST",
+        "ollama_chat": "POST",
+        "ollama_generate": "POST",
+        "ollama_show": "POST",
+        "revert": "POST",
+        "import": "POST",
+        "me": "DELETE",
+        "context": "POST",
+        "agent": "POST",
+        "mcp": "POST",
+        "proposal": "POST",
+    }.get(route, "GET")
+    method = draw(
+        st.sampled_from(
+            [usual, usual, usual, "GET", "PUT", "DELETE", "PATCH", "POST", "HEAD", "OPTIONS"]
+        )
+    )
+    shaped = body_strategies(tuple(conversation_ids)).get(route, json_values())
     kind = draw(st.sampled_from(["none", "shaped", "shaped", "shaped", "any", "bytes"]))
     body: bytes | None
     if kind == "none":

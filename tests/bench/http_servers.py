@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -308,7 +309,11 @@ async def run(quick: bool, workdir: Path, before: str) -> None:
         for server in started.values():
             server.wait_ready(120)
         print("## Framing probes (issue 22 items 1-6; section 18 met: yes/no)\n")
-        found = {name: probe(server.port) for name, server in started.items()}
+        # Each candidate's probes wait on its own sockets (up to 6 s for an idle one): probed
+        # side by side, the table takes ~12 s instead of ~45 s.
+        with ThreadPoolExecutor(len(started)) as pool:
+            probed = {name: pool.submit(probe, server.port) for name, server in started.items()}
+            found = {name: future.result() for name, future in probed.items()}
         print("| probe | " + " | ".join(CANDIDATES) + " |")
         print("|---|" + "---|" * len(CANDIDATES))
         for item in found["kvmem"]:
