@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -96,12 +95,11 @@ def test_markers_never_leak_at_any_chunk_boundaries(
     assert run(list(text)) == (shown, written)  # one character at a time
 
 
-@pytest.mark.slow
 def test_a_reply_split_at_every_set_of_boundaries() -> None:
     text = "Noted [1]. [MEMORY: city = Paris][FORGET: name]"
     expected = ("Noted [1].", [Marker("set", "city", "Paris"), Marker("delete", "name")])
-    for size in range(len(text)):
-        for cuts in itertools.combinations(range(1, len(text)), min(size, 3)):
+    for size in range(4):  # every split into at most four chunks
+        for cuts in itertools.combinations(range(1, len(text)), size):
             assert run(split(text, list(cuts))) == expected
 
 
