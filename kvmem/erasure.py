@@ -101,7 +101,8 @@ def _owned_by(table: Table, users: Table, user_id: str) -> ColumnElement[bool] |
     for foreign_key in table.foreign_keys:
         parent = foreign_key.column.table
         if parent is users:
-            conditions.append(foreign_key.parent == user_id)
+            if foreign_key.parent is not table.c.get("user_id"):  # else already above
+                conditions.append(foreign_key.parent == user_id)
         elif "user_id" in parent.c:
             owned = select(foreign_key.column).where(parent.c.user_id == user_id)
             conditions.append(foreign_key.parent.in_(owned))
