@@ -38,7 +38,14 @@ from kvmem.intent import UNRECOGNISED, IntentGate, model_may_read, model_may_ski
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 MODEL_PATH = Path(intent_model.__file__).with_name(intent_model.MODEL_FILE)
-BASE_FILES = ("intent_corpus", "intent_tuning", "intent_heldout", "intent_heldout2")
+BASE_FILES = (
+    "intent_corpus",
+    "intent_tuning",
+    "intent_heldout",
+    "intent_heldout2",
+    "intent_training_a",
+    "intent_training_b",
+)
 ROUNDS = (3, 4, 5, 6, 7, 8, 9)
 
 SEED = 20250611
