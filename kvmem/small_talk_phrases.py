@@ -38,7 +38,7 @@ SOCIAL = (
     r"alright|all right|right|rofl|(?:a?h+a+)+h*|he(?:he)+|wow|oh|ah|hm+|bye|goodbye|see (?:you|ya)",
     r"good (?:morning|night|evening|afternoon)|np|no problem|you're welcome|sounds good|(?:that )?makes sense",
     r"i see|that's (?:great|funny|helpful|cool|nice|interesting|it|right)|that (?:was|is) (?:helpful|great|funny|useful)",
-    r"that helped(?: a lot)?|well done|good job|exactly|indeed|interesting|fair enough|agreed|true|understood|noted",
+    r"that's (?:me done|it|all) for (?:now|today|tonight|the day)|that's me done|that helped(?: a lot)?|well done|good job|exactly|indeed|interesting|fair enough|agreed|true|understood|noted",
     r"you're right|i agree|love it|i love it|lovely|amazing|brilliant|excellent|neat|sweet|fine",
     r"(?:(?:that's|that was|very|so|super) )?(?:helpful|useful)|(?:that|it) (?:helped|worked)(?: a lot)?",
     # zh
@@ -77,6 +77,11 @@ SOCIAL = (
     # ja
     r"こんにちは|こんばんは|おはよう(?:ございます)?|おやすみ(?:なさい)?|(?:どうも)?ありがとう(?:ございます|ございました)?",
     r"どうも|了解(?:です|しました)?|わかりました|分かりました|なるほど|はい|いいえ|うん|w+|笑|草|すごい",
+    # thanks that say it helped or worked ("Sie haben mir sehr geholfen", "できました")
+    r"(?:sie haben|du hast|ihr habt) mir (?:sehr |echt |wirklich )?(?:weiter)?geholfen|(?:das )?hilft mir (?:sehr|echt|weiter)"
+    r"|herzlichen dank|danke vielmals|jo+|je vous remercie|merci (?:bien|infiniment|mille fois)|vous m'avez (?:bien |beaucoup )?aide"
+    r"|(?:очень |сильно )?выручил[аи]?|так и (?:отправлю|сделаю)|mi hai (?:salvato|aiutato)|me has ayudado|voce me ajudou"
+    r"|(?:うまく)?(?:でき|いき)ました|助かります|参考になりました|参考になります|さすがです|解決しました",
     r"さようなら|またね|よろしく(?:お願いします)?|お疲れ様(?:です)?|助かりました|助かった|助かる|それな|草生える|まじか|うける|ウケる"
     r"|さすが|いいね|確かに|たしかに|おもしろい|面白い|ワロタ|(?:今日|きょう)(?:も|は)?(?:暑|寒|いい天気|雨)\w*?(?:です)?ね[ー〜]*",
 )
