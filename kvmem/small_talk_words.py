@@ -158,6 +158,11 @@ CHANGE_WORDS = (
     r"\b(?:now|anymore|any more|no longer|btw|fyi|actually|moved|switched|changed|new|since)\b",
     *LIFE_EVENTS,
     r"(?:^|\n)\w+(?: \w+)? here\b",  # "vegan here, what can I cook?"
+    # "from now on": a standing instruction, not a one-off task ("今後、署名は…で統一してください")
+    r"\b(?:from now on|going forward|from here on)\b|以后|今后|从今以后|впредь|отныне|с этого момента|в дальнейшем"
+    r"|\b(?:d'ora in (?:poi|avanti)|da ora in poi|de ahora en adelante|a partir de (?:ahora|agora|maintenant)"
+    r"|dorenavant|a l'avenir|ab (?:jetzt|sofort)|kunftig|zukunftig|de agora em diante|daqui (?:pra|para) frente)\b"
+    r"|今後|以後|次から|今度から",
     r"现在|已经|不再|刚|最近|搬|换了|新的|了[，,]",
     r"теперь|больше не|уже не|нов\w+|сеичас|переех|бросил",
     r"\b(?:ora|adesso|ormai|non \w+ piu|non piu|nuov\w+)\b",

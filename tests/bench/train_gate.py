@@ -46,7 +46,7 @@ BASE_FILES = (
     "intent_training_a",
     "intent_training_b",
 )
-ROUNDS = (3, 4, 5, 6, 7, 8, 9, 10, 11)
+ROUNDS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 
 SEED = 20250611
 EPOCHS = 12
