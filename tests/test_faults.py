@@ -143,6 +143,11 @@ def test_an_upstream_fault_gets_its_answer_and_leaves_nothing_behind(
     client = make_client(**chat_sections(chat={"timeout": TIMEOUT}, agent={"grace_seconds": 1}))
     assert client.put("/memory/name", json={"value": "Ada"}).status_code == 201
     upstream.script(MAIN_MODEL, fault.reply)
+    # The litellm faults time the call, not litellm's first import (3-5 s of a loaded worker,
+    # which a request that comes sooner waits for beside the timeout).
+    preloading = client.app_state["services"].client.preloading
+    if preloading is not None:
+        preloading.join(120)
 
     started = time.monotonic()
     response = client.post("/chat", json={"message": "hi", "stream": stream})
