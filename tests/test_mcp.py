@@ -460,7 +460,8 @@ def test_mcp_http_refusals(served: tuple[ServeProcess, dict[str, str]]):
     alice = bearer(secrets["alice"], **JSONRPC_HEADERS)
 
     def post(headers: dict[str, str]) -> tuple[int, Any]:
-        response = httpx.post(url, json=PING, headers=headers, timeout=10)
+        # The first loads the MCP SDK: the same bound as the SDK clients' sessions here.
+        response = httpx.post(url, json=PING, headers=headers, timeout=30)
         return response.status_code, response.json()
 
     assert post(alice) == (200, {"jsonrpc": "2.0", "id": 1, "result": {}})
