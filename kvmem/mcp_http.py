@@ -9,7 +9,6 @@ app's lifespan; later requests use the running one.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -81,9 +80,6 @@ class McpTransport:
             if self._http is None:
                 if self._tasks is None:
                     raise RuntimeError("the MCP transport runs only while the app's lifespan does")
-                # The SDK's import (~1 s of CPU, several on a loaded machine) runs in a worker
-                # thread: on the event loop it would stall every other request meanwhile.
-                await anyio.to_thread.run_sync(importlib.import_module, "kvmem.mcp_server")
                 http = McpHttp(self.services)
                 await self._tasks.start(self._run, http)
                 self._http = http
