@@ -29,6 +29,7 @@ from kvmem.model_client import (
 )
 from kvmem.upstream import Target
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, sse_events
+from tests.support.processes import WATCH_LITELLM_IMPORTS
 from tests.support.upstream import Reply, ScriptedUpstream
 
 MODEL_ID = f"openai/{MAIN_MODEL}"
@@ -377,15 +378,7 @@ def test_litellm_is_imported_beside_start_up_not_before_it() -> None:
     """The default `ollama/...` model needs litellm (~3 s of imports): the client starts its
     import in a thread, so `kvmem serve` is ready without waiting for it; a direct-only
     config starts no such thread."""
-    script = (
-        "import sys, threading\n"
-        "class Watch:\n"
-        "    seen = []\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'litellm':\n"
-        "            Watch.seen.append(threading.current_thread().name)\n"
-        "        return None\n"
-        "sys.meta_path.insert(0, Watch())\n"
+    script = WATCH_LITELLM_IMPORTS + (
         "from kvmem.config import Config\n"
         "from kvmem.model_client import ModelClient\n"
         "direct = ModelClient.from_config(Config.model_validate(\n"

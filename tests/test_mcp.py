@@ -26,7 +26,7 @@ from kvmem.prompts import BLOCK_PREAMBLE
 from kvmem.proposals import ProposalStore
 from kvmem.store import MemoryStore
 from tests.support.matchers import ISO_TIME, entry
-from tests.support.processes import ServeProcess
+from tests.support.processes import WATCH_LITELLM_IMPORTS, ServeProcess
 
 # Real `kvmem mcp` and `kvmem serve` processes.
 pytestmark = pytest.mark.slow
@@ -341,15 +341,7 @@ def test_kvmem_mcp_acts_for_local_by_default(
 def test_kvmem_mcp_never_imports_litellm(config_file: Path):
     """Its tools never call a model: the default `ollama/...` chat model, which makes
     `kvmem serve` import litellm beside start-up, costs `kvmem mcp` nothing."""
-    script = (
-        "import sys, threading\n"
-        "class Watch:\n"
-        "    seen = []\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'litellm':\n"
-        "            Watch.seen.append(threading.current_thread().name)\n"
-        "        return None\n"
-        "sys.meta_path.insert(0, Watch())\n"
+    script = WATCH_LITELLM_IMPORTS + (
         "from kvmem.cli import main\n"
         "main(['mcp', '--config', %r], standalone_mode=False)\n"  # stdin is empty: it ends
         "for thread in threading.enumerate():\n"

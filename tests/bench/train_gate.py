@@ -16,9 +16,9 @@ leave-one-round-out, the model skips at most 3 % of the implicit updates and 1 %
 explicit requests that the rules pass. Features and training settings are fixed below.
 
 `--loro` prints the cross-validated estimate: for each round of ROUNDS, train on everything else
-(the corpus, the tuning file and rounds 1-2 always), choose the threshold on the remaining
-rounds only, and measure the combined gate (rules, then the model) on the held round, beside
-the rules alone.
+(BASE_FILES always: the corpus, the tuning file, rounds 1-2 and the training messages),
+choose the threshold on the remaining rounds only, and measure the combined gate (rules, then
+the model) on the held round, beside the rules alone.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Example:
 
     text: str
     label: str  # explicit, implicit, chitchat, memory_question, mention
-    round: int  # 0 for the corpus, the tuning file and rounds 1-2
+    round: int  # 0 for BASE_FILES (the corpus, tuning file, rounds 1-2, training messages)
     normalized: str
     rules_pass: bool
     unrecognised: bool  # passed by the rules only for want of recognising it

@@ -17,6 +17,19 @@ import httpx
 
 from tests.support.ports import PortHold
 
+# The head of a `python -c` script that records which thread imports litellm, if any, in
+# `Watch.seen` (an import hook, before anything is imported).
+WATCH_LITELLM_IMPORTS = (
+    "import sys, threading\n"
+    "class Watch:\n"
+    "    seen = []\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'litellm':\n"
+    "            Watch.seen.append(threading.current_thread().name)\n"
+    "        return None\n"
+    "sys.meta_path.insert(0, Watch())\n"
+)
+
 
 class ServeProcess:
     """One `python -m kvmem serve` with a config written from `sections`."""
