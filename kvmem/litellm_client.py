@@ -27,6 +27,7 @@ from kvmem.errors import (
     UpstreamRejected,
     UpstreamTimeout,
 )
+from kvmem.late_imports import import_late
 from kvmem.redaction import SecretScrubber
 from kvmem.upstream import (
     CLIENT_FAULTS,
@@ -52,8 +53,7 @@ def load_litellm() -> Any:
         # it, and the request fails with "Connection error" (about 1 % of a burst after a
         # 5 s pause). Expiring first leaves no window.
         os.environ.setdefault("AIOHTTP_KEEPALIVE_TIMEOUT", str(UPSTREAM_KEEPALIVE_SECONDS))
-    import litellm
-
+    litellm: Any = import_late("litellm")
     litellm.telemetry = False
     litellm.suppress_debug_info = True
     return litellm
@@ -67,13 +67,12 @@ class LiteLLMClient(UpstreamClient):
         """Close the HTTP clients litellm keeps (they are process-wide: call at shutdown)."""
         if "litellm" not in sys.modules:  # never used: nothing to close
             return
-        from litellm.llms.custom_httpx.async_client_cleanup import (
-            close_litellm_async_clients,
-        )
-
-        await close_litellm_async_clients()
+        # litellm's own names, imported with it: nothing is imported here, at shutdown,
+        # perhaps while another thread's import of litellm is under way.
+        litellm = load_litellm()
+        await litellm.close_litellm_async_clients()
         # Closed clients must not be handed out again if another app starts in this process.
-        load_litellm().in_memory_llm_clients_cache.flush_cache()
+        litellm.in_memory_llm_clients_cache.flush_cache()
 
     async def complete(
         self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any

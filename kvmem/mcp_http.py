@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from types import ModuleType
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -19,7 +20,14 @@ from starlette.types import Message, Receive, Scope, Send
 
 from kvmem.bodies import check_numbers, read_body
 from kvmem.errors import BadRequest, MethodNotAllowed
+from kvmem.late_imports import import_late
 from kvmem.services import Services, user_of
+
+
+def import_mcp_server() -> ModuleType:
+    """`mcp_server.py`, and with it the SDK: imported on first use, one late import at a
+    time (its packages are forgotten and imported again if a failed import half-loaded them)."""
+    return import_late("kvmem.mcp_server", packages=("mcp", "mcp_types"))
 
 
 class McpHttp:
@@ -31,10 +39,9 @@ class McpHttp:
     """
 
     def __init__(self, services: Services) -> None:
-        from kvmem.mcp_server import USER_SCOPE_KEY, http_sessions  # the SDK: on first use
-
-        self.user_scope_key = USER_SCOPE_KEY
-        self.sessions = http_sessions(services)
+        mcp_server = import_mcp_server()
+        self.user_scope_key = mcp_server.USER_SCOPE_KEY
+        self.sessions = mcp_server.http_sessions(services)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -80,6 +87,9 @@ class McpTransport:
             if self._http is None:
                 if self._tasks is None:
                     raise RuntimeError("the MCP transport runs only while the app's lifespan does")
+                # The SDK's import (~1 s of CPU, several on a loaded machine) runs in a worker
+                # thread: on the event loop it would stall every other request meanwhile.
+                await anyio.to_thread.run_sync(import_mcp_server)
                 http = McpHttp(self.services)
                 await self._tasks.start(self._run, http)
                 self._http = http

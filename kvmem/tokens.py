@@ -14,6 +14,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvmem.late_imports import import_late
+
 if TYPE_CHECKING:  # imported lazily: `kvmem memory list` must not pay for tiktoken
     import tiktoken
 
@@ -49,8 +51,7 @@ def load_o200k(path: Path | None = None) -> tiktoken.Encoding:
     """Build the o200k_base encoding from a local `.tiktoken` file, verifying its hash.
 
     The encoding encodes and decodes like tiktoken's own but cannot be pickled."""
-    import tiktoken
-
+    tiktoken = import_late("tiktoken")
     path = path or litellm_encoding_file()
     contents = path.read_bytes()
     if hashlib.sha256(contents).hexdigest() != O200K_SHA256:
