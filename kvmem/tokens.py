@@ -51,7 +51,8 @@ def load_o200k(path: Path | None = None) -> tiktoken.Encoding:
     """Build the o200k_base encoding from a local `.tiktoken` file, verifying its hash.
 
     The encoding encodes and decodes like tiktoken's own but cannot be pickled."""
-    tiktoken = import_late("tiktoken")
+    # Not behind litellm's import (seconds): the first write waits for this encoding.
+    tiktoken = import_late("tiktoken", alone=False)
     path = path or litellm_encoding_file()
     contents = path.read_bytes()
     if hashlib.sha256(contents).hexdigest() != O200K_SHA256:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,3 +104,22 @@ def test_the_named_packages_are_forgotten_beside_a_module_of_another(packages: P
         assert "kvmem.late_imports" in sys.modules
     finally:
         sys.modules.pop("latewrapper", None)
+
+
+def test_the_encoding_does_not_wait_behind_a_large_import(tmp_path: Path) -> None:
+    """The first write waits for the encoding; litellm's import (seconds, under the lock)
+    starts beside it. In a fresh interpreter, with the lock held, the encoding still loads."""
+    code = (
+        "import threading\n"
+        "from kvmem import late_imports\n"
+        "from kvmem.tokens import TokenCounter\n"
+        "late_imports._LOCK.acquire()  # as litellm's import holds it\n"
+        "loading = threading.Thread(target=TokenCounter().load, daemon=True)\n"
+        "loading.start()\n"
+        "loading.join(60)\n"
+        "print('loaded' if not loading.is_alive() else 'waiting')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=90
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "loaded\n", "")
