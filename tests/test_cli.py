@@ -1,4 +1,9 @@
-"""The real `kvmem` command, run as a subprocess on a config file in a temporary folder."""
+"""The `kvmem` command on a config file in a temporary folder.
+
+Its commands run in this process, through click's runner (`tests.support.cli`); what only a
+real process shows (the entry point, a piped stdin, exit statuses, the imports, `serve`) runs
+as a real `python -m kvmem`.
+"""
 
 from __future__ import annotations
 
@@ -22,12 +27,10 @@ from kvmem.proposals import ProposalStore
 from kvmem.rules import MemoryRules
 from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
+from tests.support.cli import invoke, invoke_all
 from tests.support.matchers import ISO_TIME, entry
 from tests.support.ports import PortHold
 from tests.support.processes import Result, run, run_all
-
-# Each command is a real process (a Python start-up each).
-pytestmark = pytest.mark.slow
 
 INVALID_KEY_MESSAGE = (
     "invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
@@ -51,7 +54,7 @@ def kvmem(folder: Path) -> Callable[..., Result]:
     """`kvmem --config memory.yaml ARGS...`."""
 
     def call(*args: str, input: str | None = None) -> Result:
-        return run(["--config", "memory.yaml", *args], cwd=folder, input=input)
+        return invoke(["--config", "memory.yaml", *args], cwd=folder, input=input)
 
     return call
 
@@ -86,7 +89,7 @@ def test_memory_set_get_list_delete_clear(kvmem: Callable[..., Result], folder: 
         {"memory": entry("likes", "tea", 1), "total_tokens": 4, "token_limit": 20},
     )
 
-    got, listing, other_user = run_all(
+    got, listing, other_user = invoke_all(
         [
             ["--config", "memory.yaml", "memory", "get", "facts"],
             ["--config", "memory.yaml", "memory", "list"],
@@ -121,6 +124,30 @@ def test_memory_set_get_list_delete_clear(kvmem: Callable[..., Result], folder: 
     )
 
 
+@pytest.mark.slow
+def test_the_real_command_reads_stdin_and_exits_with_its_status(folder: Path) -> None:
+    """`python -m kvmem` as a shell runs it: a value piped on stdin, and the exit statuses 0,
+    1 (a failed operation) and 2 (bad usage), each with its output on stdout or stderr."""
+    piped = run(
+        ["--config", "memory.yaml", "memory", "set", "likes", "-"], cwd=folder, input="tea\n"
+    )
+    assert (piped.code, piped.stderr, piped.json()["memory"]) == (0, "", entry("likes", "tea", 1))
+    missing, usage = run_all(
+        [
+            ["--config", "memory.yaml", "memory", "get", "facts"],
+            ["--config", "memory.yaml", "memory", "set", "facts"],
+        ],
+        folder,
+    )
+    assert (missing.code, missing.stdout, missing.stderr) == (
+        1,
+        "",
+        "kvmem: not_found: no memory with key 'facts'\n",
+    )
+    assert (usage.code, usage.stdout) == (2, "")
+    assert "Error: Missing argument 'VALUE'." in usage.stderr
+
+
 def test_errors_are_the_rest_errors_with_exit_1(store: MemoryStore, folder: Path) -> None:
     store.set("local", "facts", " ".join(["hello"] * 18))
     cases: list[tuple[list[str], int, str]] = [
@@ -153,7 +180,7 @@ def test_errors_are_the_rest_errors_with_exit_1(store: MemoryStore, folder: Path
             "invalid user id 'bad id': use 1-128 characters of A-Z, a-z, 0-9, . _ @ -",
         ),
     ]
-    results = run_all([["--config", "memory.yaml", *args] for args, _, _ in cases], folder)
+    results = invoke_all([["--config", "memory.yaml", *args] for args, _, _ in cases], folder)
     for (args, code, message), result in zip(cases, results, strict=True):
         assert (result.code, result.stdout, result.stderr) == (code, "", f"kvmem: {message}\n"), (
             args
@@ -166,7 +193,7 @@ def test_export_and_import(store: MemoryStore, folder: Path) -> None:
     store.set("local", "facts", "Lives in Lyon")
     store.set("local", "likes", "tea")
 
-    to_stdout, to_file = run_all(
+    to_stdout, to_file = invoke_all(
         [
             ["--config", "memory.yaml", "memory", "export"],
             ["--config", "memory.yaml", "memory", "export", "backup.json"],
@@ -193,7 +220,7 @@ def test_export_and_import(store: MemoryStore, folder: Path) -> None:
         json.dumps({"user": "local", "memories": [{"key": "job", "value": "baker"}]}),
         encoding="utf-8",
     )
-    to_bob, merged = run_all(
+    to_bob, merged = invoke_all(
         [
             ["--config", "memory.yaml", "memory", "import", "backup.json", "--user", "bob"],
             ["--config", "memory.yaml", "memory", "import", "one.json"],
@@ -216,7 +243,7 @@ def test_export_and_import(store: MemoryStore, folder: Path) -> None:
         ("job", "baker", "import"),
     ]
     # With --replace the other entries go.
-    replaced = run(
+    replaced = invoke(
         ["--config", "memory.yaml", "memory", "import", "one.json", "--replace"], cwd=folder
     )
     assert (replaced.code, replaced.json()) == (
@@ -248,7 +275,7 @@ def test_import_is_all_or_nothing(store: MemoryStore, folder: Path) -> None:
         ["memory", "import", "broken.json"],
         ["memory", "import", "wrong_shape.json"],
     ]
-    results = run_all([["--config", "memory.yaml", *c] for c in commands], folder)
+    results = invoke_all([["--config", "memory.yaml", *c] for c in commands], folder)
     assert [(r.code, r.stdout) for r in results] == [(1, ""), (1, ""), (2, ""), (2, "")]
     assert results[0].stderr == (
         "kvmem: invalid_key: memories[1] (key 'Bad'): "
@@ -337,7 +364,7 @@ def test_memory_proposals_accept_reject(
     proposals.propose("local", "job", "one two three four five six", conversation_id="conv-2")
     proposals.propose("alice", "facts", "alice's")  # id 3
     store.set("local", "facts", " ".join(["hello"] * 16))
-    listed, alices = run_all(
+    listed, alices = invoke_all(
         [
             ["--config", "memory.yaml", "memory", "proposals"],
             ["--config", "memory.yaml", "memory", "proposals", "--user", "alice"],
@@ -437,11 +464,11 @@ def test_config_option_is_accepted_everywhere(folder: Path) -> None:
     elsewhere = folder / "elsewhere"
     elsewhere.mkdir()
     # The first run migrates; the others then run side by side.
-    from_env = run(
+    from_env = invoke(
         ["memory", "list"], cwd=elsewhere, env={"KVMEM_CONFIG": str(folder / "memory.yaml")}
     )
     assert from_env.code == 0, from_env
-    results = run_all(
+    results = invoke_all(
         [
             ["--config", "../memory.yaml", "memory", "list"],
             ["memory", "--config", "../memory.yaml", "list"],
@@ -469,7 +496,7 @@ def test_config_problems_exit_2_naming_the_field(tmp_path: Path) -> None:
         ["check", "--config", "modle.yaml"],
         ["memory", "set", "facts"],  # bad usage: a missing argument
     ]
-    results = run_all(commands, tmp_path)
+    results = invoke_all(commands, tmp_path)
     assert [(r.code, r.stdout) for r in results] == [(2, "")] * len(commands)
     assert [r.stderr for r in results[:4]] == [
         "kvmem: typo.yaml: invalid config:\n  memory.tokenLimt: unknown field; did you mean 'tokenLimit'?\n",
@@ -497,7 +524,7 @@ def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> 
     key_id = lines[0].split()[1]
     other = kvmem("keys", "create", "--user", "bob").stdout.splitlines()[-1]
 
-    listed, only_alice = run_all(
+    listed, only_alice = invoke_all(
         [
             ["--config", "memory.yaml", "keys", "list"],
             ["--config", "memory.yaml", "keys", "list", "--user", "alice"],
@@ -553,7 +580,7 @@ def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> 
             )
             assert client.get("/memory/k", headers=alice_session).status_code == 200
 
-            revoked, unknown = run_all(
+            revoked, unknown = invoke_all(
                 [
                     ["--config", "memory.yaml", "keys", "revoke", key_id],
                     ["--config", "memory.yaml", "keys", "revoke", "key_nope"],
@@ -591,6 +618,7 @@ def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> 
         database.dispose()
 
 
+@pytest.mark.slow
 def test_serve_answers_the_host_it_binds_and_refuses_other_names(tmp_path: Path) -> None:
     """`--host` overrides server.host, and the default server.allowed_hosts follows it."""
     (tmp_path / "local.yaml").write_text("database: {url: 'sqlite:///kv.db'}\n")
@@ -633,6 +661,7 @@ def test_serve_answers_the_host_it_binds_and_refuses_other_names(tmp_path: Path)
         hold.close()
 
 
+@pytest.mark.slow
 def test_serve_in_local_mode_refuses_a_public_host(tmp_path: Path) -> None:
     (tmp_path / "public.yaml").write_text(
         "server: {host: 0.0.0.0}\ndatabase: {url: 'sqlite:///kv.db'}\n"
@@ -661,16 +690,16 @@ def test_serve_in_local_mode_refuses_a_public_host(tmp_path: Path) -> None:
 
 def test_db_current_and_upgrade(tmp_path: Path) -> None:
     (tmp_path / "memory.yaml").write_text("database: {url: 'sqlite:///data/kv.db'}\n")
-    blank = run(["db", "current", "--config", "memory.yaml"], cwd=tmp_path)
+    blank = invoke(["db", "current", "--config", "memory.yaml"], cwd=tmp_path)
     assert (blank.code, blank.stdout, blank.stderr) == (
         0,
         f"current: none (blank database)\nhead: {HEAD}\npending migrations: run `kvmem db upgrade`\n",
         "",
     )
-    upgraded = run(["db", "upgrade", "--config", "memory.yaml"], cwd=tmp_path)
+    upgraded = invoke(["db", "upgrade", "--config", "memory.yaml"], cwd=tmp_path)
     assert (upgraded.code, upgraded.stdout) == (0, f"database at revision {HEAD}\n")
     assert (tmp_path / "data" / "kv.db").is_file()
-    current = run(["db", "current", "--config", "memory.yaml"], cwd=tmp_path)
+    current = invoke(["db", "current", "--config", "memory.yaml"], cwd=tmp_path)
     assert (current.code, current.stdout) == (0, f"current: {HEAD}\nhead: {HEAD}\nup to date\n")
 
 
@@ -678,7 +707,7 @@ def test_unreachable_database_exits_2(tmp_path: Path) -> None:
     (tmp_path / "pg.yaml").write_text(
         "database: {url: 'postgresql+psycopg://kv:hunter2@127.0.0.1:9/kv'}\n"
     )
-    for result in [run(["memory", "list", "--config", "pg.yaml"], cwd=tmp_path)]:
+    for result in [invoke(["memory", "list", "--config", "pg.yaml"], cwd=tmp_path)]:
         assert result.code == 2, result
         assert result.stderr.startswith(
             "kvmem: cannot open database postgresql+psycopg://kv:***@127.0.0.1:9/kv: "
@@ -686,6 +715,7 @@ def test_unreachable_database_exits_2(tmp_path: Path) -> None:
         assert "hunter2" not in result.stderr
 
 
+@pytest.mark.slow
 def test_importing_the_cli_loads_neither_litellm_nor_tiktoken(tmp_path: Path) -> None:
     """Model: click's tests/test_imports.py, in a fresh interpreter."""
     code = (
@@ -701,6 +731,7 @@ def test_importing_the_cli_loads_neither_litellm_nor_tiktoken(tmp_path: Path) ->
     assert json.loads(done.stdout) == []
 
 
+@pytest.mark.slow
 def test_memory_list_loads_neither_litellm_nor_tiktoken(folder: Path) -> None:
     code = (
         "import atexit, sys\n"

@@ -32,8 +32,9 @@ from tests.support.apps import (
     sse_events,
     wait_agents_idle,
 )
+from tests.support.cli import invoke_all
 from tests.support.matchers import ISO_TIME
-from tests.support.processes import Result, run_all
+from tests.support.processes import Result
 from tests.support.upstream import Reply
 
 SERVICE_KEY = "svc-isolation-5b0c9e1d7a"
@@ -695,7 +696,6 @@ def test_hooks_and_mcp_never_reach_the_other_user(world: World, how: str) -> Non
 # --- the CLI --------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_cli_memory_commands_with_user_touch_only_that_user(
     world: World, database_url: str, tmp_path: Path
 ) -> None:
@@ -708,7 +708,7 @@ def test_cli_memory_commands_with_user_touch_only_that_user(
     )
 
     def commands(*argv: list[str]) -> list[Result]:
-        return run_all([["--config", "memory.yaml", *args] for args in argv], folder)
+        return invoke_all([["--config", "memory.yaml", *args] for args in argv], folder)
 
     reads = commands(
         ["memory", "list", "--user", "bob"],

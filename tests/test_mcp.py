@@ -361,9 +361,9 @@ def test_kvmem_mcp_never_imports_litellm(config_file: Path):
 
 
 def test_kvmem_mcp_refuses_a_bad_user(config_file: Path):
-    from tests.support.processes import run as run_cli
+    from tests.support.cli import invoke
 
-    result = run_cli(
+    result = invoke(
         ["mcp", "--config", str(config_file), "--user", "no spaces"], cwd=config_file.parent
     )
     assert (result.code, result.stdout) == (2, "")

@@ -32,7 +32,8 @@ from kvmem.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, set_memory, wait_until
 from tests.support.browser import PageLog, launch
-from tests.support.processes import ServeProcess, run
+from tests.support.cli import invoke
+from tests.support.processes import ServeProcess
 from tests.support.upstream import Reply, ScriptedUpstream
 
 # One browser and two servers for the module: its tests stay on one worker.
@@ -101,7 +102,7 @@ def keys_server(
     sections["auth"] = {"mode": "keys", "service_keys": [SERVICE_KEY]}
     before = {"database": sections["database"]}
     (folder / "before.yaml").write_text(json.dumps(before), encoding="utf-8")
-    seeded = run(
+    seeded = invoke(
         [
             "--config",
             "before.yaml",

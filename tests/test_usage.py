@@ -28,7 +28,8 @@ from tests.support.apps import (
     wait_agents_idle,
     wait_until,
 )
-from tests.support.processes import ServeProcess, run
+from tests.support.cli import invoke
+from tests.support.processes import ServeProcess
 from tests.support.upstream import Reply
 
 MakeClient = Callable[..., TestClient]
@@ -449,7 +450,7 @@ def test_kvmem_usage_prints_per_day_or_per_user(
     usage.record(past_run("bob", noon(0), (500, 50)))
     config = str(write_config(f'database: {{url: "{database_url}"}}\n'))
 
-    alice = run(["usage", "--config", config, "--user", "alice"], cwd=tmp_path)
+    alice = invoke(["usage", "--config", config, "--user", "alice"], cwd=tmp_path)
     assert (alice.code, alice.json()) == (
         0,
         {
@@ -460,7 +461,7 @@ def test_kvmem_usage_prints_per_day_or_per_user(
             "totals": sums(2, 101, 11, 0.5, 1),
         },
     )
-    everyone = run(["usage", "--config", config, "--days", "1"], cwd=tmp_path)
+    everyone = invoke(["usage", "--config", config, "--days", "1"], cwd=tmp_path)
     assert (everyone.code, everyone.json()) == (
         0,
         {
@@ -471,7 +472,7 @@ def test_kvmem_usage_prints_per_day_or_per_user(
             "totals": sums(2, 600, 60, 0.5, 1),
         },
     )
-    bad = run(["usage", "--config", config, "--days", "0"], cwd=tmp_path)
+    bad = invoke(["usage", "--config", config, "--days", "0"], cwd=tmp_path)
     assert bad.code == 2
     assert "0 is not in the range 1<=x<=366" in bad.stderr
 

@@ -98,11 +98,14 @@ def checked_user(user_id: str) -> str:
 
 
 def open_database(loaded: LoadedConfig) -> Any:
-    """The configured database, migrated to the newest schema."""
+    """The configured database, migrated to the newest schema; its connections are closed
+    when the command ends."""
     from kvmem.db import Database
     from kvmem.migrate import ensure_current
 
     database = Database.from_config(loaded.config.database)
+    # Closed when the command ends, whichever way it ends.
+    click.get_current_context().call_on_close(database.dispose)
     try:
         ensure_current(database.engine)
     except Exception as exc:  # any driver or migration failure: report it, masked
