@@ -379,7 +379,10 @@ def test_kvmem_mcp_refuses_a_bad_user(config_file: Path):
 def served(
     tmp_path: Path, database_url: str, database: Database
 ) -> Iterator[tuple[ServeProcess, dict[str, str]]]:
-    """A real `kvmem serve` in keys mode, and user keys for alice and bob."""
+    """A real `kvmem serve` in keys mode, and user keys for alice and bob. Its chat model
+    goes the direct path: MCP calls no model, and with the default (`ollama/...`) the first
+    /mcp request would wait for litellm's import beside start-up to end before the SDK's
+    own (one large import at a time): ~7 s here, over 30 s on a loaded CI worker."""
     keys = KeyStore(database)
     secrets = {user: keys.create(user)[1] for user in ("alice", "bob")}
     server = ServeProcess(
@@ -388,6 +391,7 @@ def served(
             "database": {"url": database_url},
             "auth": {"mode": "keys", "service_keys": [SERVICE_KEY]},
             "memory": MEMORY,
+            "chat": {"model": "openai/unused", "api_base": "http://127.0.0.1:9/v1"},
         },
     ).start()
     yield server, secrets

@@ -119,8 +119,19 @@ def server(served: ServeProcess, upstream: ScriptedUpstream) -> Iterator[ServePr
         upstream._replies.clear()
         upstream._defaults.clear()
     yield served
-    # The agent of this test must be done before the next test reads the upstream.
+    # The agent of this test must be done before the next test reads the upstream: its runs
+    # ended (one may not have sent its request yet, e.g. while litellm still imports), then
+    # every request it sent.
+    wait_until(lambda: agent_runs_in_flight(served) == 0, what="the server's agent runs ending")
     wait_until(lambda: all(r.ended for r in upstream.requests), what="upstream requests ending")
+
+
+def agent_runs_in_flight(server: ServeProcess) -> float:
+    """The server's `kvmem_agent_runs_in_flight`, read from its /metrics."""
+    for line in httpx.get(f"{server.url}/metrics").text.splitlines():
+        if line.startswith("kvmem_agent_runs_in_flight "):
+            return float(line.split()[1])
+    raise AssertionError("/metrics has no kvmem_agent_runs_in_flight")
 
 
 @pytest.fixture
