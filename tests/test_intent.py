@@ -61,17 +61,28 @@ TRAINED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout12.jsonl", 0.95, 0.75),
     (Path(__file__).parent / "data" / "intent_heldout13.jsonl", 0.95, 0.75),
 )
+# Rounds 14-15, written blind after the shipped classifier was trained and measured once on it
+# (explicit / implicit / chit-chat skipped: 97.1 / 92.9 / 78.8 % and 100 / 100 / 56.9 %), are
+# neither tuning nor training data yet: asserted at those numbers less a margin.
+MEASURED_ROUNDS = (
+    (Path(__file__).parent / "data" / "intent_heldout14.jsonl", 0.92, 0.75),
+    (Path(__file__).parent / "data" / "intent_heldout15.jsonl", 0.97, 0.55),
+)
 # The explicit requests a trained round's gate still misses, by design or not yet: round 13's
 # "Por favor escreva em português de Portugal, não do Brasil" reads as a task for this answer.
-EXPLICIT_MISSED = {"intent_heldout13": 1}
+EXPLICIT_MISSED = {"intent_heldout13": 1, "intent_heldout14": 2}
 # Every held-out round in the order written: (round, least size, most texts repeated from the
 # corpus, the tuning file or an earlier round). Later authors repeat some short chit-chat
 # ("ciao!", "mdr", "草") and a few longer messages; docs/agent.md counts them.
 ROUNDS_WRITTEN = tuple(
     zip(
-        (*HELDOUT_ROUNDS, *TUNING_ROUNDS, *(path for path, _, _ in TRAINED_ROUNDS)),
-        (250, 120, 240, 240, 250, 265, 270, 300, 300, 300, 300, 300, 300),
-        (0, 0, 0, 1, 1, 0, 11, 12, 12, 0, 0, 4, 2),
+        (
+            *HELDOUT_ROUNDS,
+            *TUNING_ROUNDS,
+            *(path for path, _, _ in (*TRAINED_ROUNDS, *MEASURED_ROUNDS)),
+        ),
+        (250, 120, 240, 240, 250, 265, 270, 300, 300, 300, 300, 300, 300, 300, 300),
+        (0, 0, 0, 1, 1, 0, 11, 12, 12, 0, 0, 4, 2, 6, 5),
         strict=True,
     )
 )
@@ -239,7 +250,7 @@ def test_a_held_out_round_meets_the_targets(path):
 
 @pytest.mark.parametrize(
     ("path", "implicit_floor", "skip_floor"),
-    [(path, 0.97, 0.88) for path in TUNING_ROUNDS] + list(TRAINED_ROUNDS),
+    [(path, 0.97, 0.88) for path in TUNING_ROUNDS] + [*TRAINED_ROUNDS, *MEASURED_ROUNDS],
     ids=lambda value: value.stem if isinstance(value, Path) else str(value),
 )
 def test_a_tuning_round_keeps_the_numbers_reached(path, implicit_floor, skip_floor):
