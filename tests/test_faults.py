@@ -39,7 +39,9 @@ from tests.support.upstream import Reply, completion
 # Every test here runs on the direct client and on litellm (see conftest `chat_client`).
 pytestmark = pytest.mark.both_clients
 
-TIMEOUT = 1  # chat.timeout for these tests, in seconds
+# chat.timeout for these tests, in seconds: long enough for the next, normal turn through
+# litellm on a loaded worker (1 s timed it out once in CI), short for the hang cases.
+TIMEOUT = 2
 
 
 class Anything:
