@@ -26,7 +26,7 @@ from types import ModuleType
 
 logger = logging.getLogger(__name__)
 
-# Reentrant: a late import may itself need another (the MCP SDK's module imports the SDK).
+# Reentrant, so that a late import whose module asks for another one cannot deadlock itself.
 _LOCK = threading.RLock()
 
 
