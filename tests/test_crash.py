@@ -36,7 +36,10 @@ def test_kill_9_mid_writes_loses_no_acknowledged_write(tmp_path, processes):
     stop = threading.Event()
 
     def writer(worker: int) -> None:
-        with httpx.Client(timeout=5) as client:
+        # A write that times out is ambiguous and ends its writer (it could still land after a
+        # later write to its key); 30 s, not 5: on a loaded machine three writers once timed
+        # out and the test never reached 100 acknowledged writes.
+        with httpx.Client(timeout=30) as client:
             for n in range(100_000):
                 if stop.is_set():
                     return
