@@ -61,16 +61,17 @@ TRAINED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout12.jsonl", 0.95, 0.75),
     (Path(__file__).parent / "data" / "intent_heldout13.jsonl", 0.95, 0.75),
 )
-# Rounds 14-15, written blind after the shipped classifier was trained and measured once on it
-# (explicit / implicit / chit-chat skipped: 97.1 / 92.9 / 78.8 % and 100 / 100 / 56.9 %), are
-# neither tuning nor training data yet: asserted at those numbers less a margin.
+# Rounds 14-15, written blind after the classifier then shipped was trained and measured once on
+# it (explicit / implicit / chit-chat skipped: 97.1 / 92.9 / 78.8 % and 100 / 100 / 56.9 %), are
+# training data now (ROUNDS of tests/bench/train_gate.py): asserted at those first numbers less a
+# margin (round 14's gate now misses one explicit request, not two).
 MEASURED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout14.jsonl", 0.92, 0.75),
     (Path(__file__).parent / "data" / "intent_heldout15.jsonl", 0.97, 0.55),
 )
 # The explicit requests a trained round's gate still misses, by design or not yet: round 13's
 # "Por favor escreva em português de Portugal, não do Brasil" reads as a task for this answer.
-EXPLICIT_MISSED = {"intent_heldout13": 1, "intent_heldout14": 2}
+EXPLICIT_MISSED = {"intent_heldout13": 1, "intent_heldout14": 1}
 # Every held-out round in the order written: (round, least size, most texts repeated from the
 # corpus, the tuning file or an earlier round). Later authors repeat some short chit-chat
 # ("ciao!", "mdr", "草") and a few longer messages; docs/agent.md counts them.

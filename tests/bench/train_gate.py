@@ -46,7 +46,7 @@ BASE_FILES = (
     "intent_training_a",
     "intent_training_b",
 )
-ROUNDS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+ROUNDS = tuple(range(3, 16))
 
 SEED = 20250611
 EPOCHS = 12
@@ -109,11 +109,21 @@ def train(examples: Sequence[Example], hard_weight: float) -> tuple[float, dict[
     """Logistic regression by SGD over fixed-seed shuffles; weights rounded and pruned. The
     messages the rules pass as unrecognised (the only ones the model judges) weigh
     `hard_weight` times as much as the others."""
-    rows = [
-        (_features(e.normalized), e.positive, hard_weight if e.unrecognised else 1.0)
-        for e in examples
-    ]
-    weights: dict[str, float] = {}
+    # Features as indices into one list of weights (a dict lookup per feature and step made
+    # training about 1.5 times slower); every feature of a message has the same value.
+    index: dict[str, int] = {}
+    rows = []
+    for e in examples:
+        feats = _features(e.normalized)
+        rows.append(
+            (
+                [index.setdefault(f, len(index)) for f, _ in feats],
+                feats[0][1] if feats else 0.0,
+                e.positive,
+                hard_weight if e.unrecognised else 1.0,
+            )
+        )
+    values = [0.0] * len(index)
     bias = 0.0
     order = list(range(len(rows)))
     rng = random.Random(SEED)
@@ -121,16 +131,19 @@ def train(examples: Sequence[Example], hard_weight: float) -> tuple[float, dict[
     for _ in range(EPOCHS):
         rng.shuffle(order)
         for i in order:
-            feats, positive, weight = rows[i]
-            z = bias + sum(weights.get(f, 0.0) * v for f, v in feats)
+            feats, v, positive, weight = rows[i]
+            z = bias
+            for j in feats:
+                z += values[j] * v
             p = 1 / (1 + math.exp(-max(-30.0, min(30.0, z))))
             gradient = weight * (p - (1.0 if positive else 0.0))
             rate = LEARNING_RATE / (1 + step / len(rows))
             step += 1
             bias -= rate * gradient
-            for f, v in feats:
-                w = weights.get(f, 0.0)
-                weights[f] = w - rate * (gradient * v + L2 * w)
+            for j in feats:
+                w = values[j]
+                values[j] = w - rate * (gradient * v + L2 * w)
+    weights = dict(zip(index, values, strict=True))
     kept = {f: round(w, DIGITS) for f, w in sorted(weights.items()) if abs(w) >= PRUNE}
     return round(bias, DIGITS), kept
 
