@@ -76,7 +76,9 @@ def test_a_chat_turn_past_a_bound_is_busy_per_user_and_per_process(
     client = make_client(
         **chat_sections(auth=KEYS_AUTH, agent={"max_runs_per_user": 1, "max_concurrent_runs": 2})
     )
-    upstream.default(AGENT_MODEL, Reply(content="nothing", delay=1.0))
+    # Each run lasts 2.5 s (under the 3 s grace): alice's and bob's must still hold their slots
+    # when carol comes, three turns later (with 1 s, on a loaded CI worker, alice's had ended).
+    upstream.default(AGENT_MODEL, Reply(content="nothing", delay=2.5))
 
     def turn(user_id: str) -> Any:
         response = client.post("/chat", json={"message": "hi"}, headers=as_user(user_id))
