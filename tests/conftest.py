@@ -62,6 +62,28 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("backend", backends)
 
 
+@pytest.hookimpl(wrapper=True, specname="pytest_collection_modifyitems")
+def pytest_check_xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    """In a pytest-xdist worker with `--dist loadgroup`, every test of an `xdist_group` must
+    carry the group in its node id once collection ends, or the scheduler spreads the group
+    over all workers (each then starts the group's servers and browser for itself: pytest 9.2
+    with xdist 3.8 did, silently, and the suite took 9:51 instead of ~7 min). Fail instead: the
+    run stops at collection (xdist reports it as an internal error naming a grouped test)."""
+    yield
+    if not hasattr(config, "workerinput") or not config.getvalue("loadgroup"):
+        return
+    ungrouped = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid
+    ]
+    if ungrouped:
+        raise pytest.UsageError(
+            f"pytest-xdist did not group {len(ungrouped)} tests marked xdist_group "
+            f"(e.g. {ungrouped[0]}): this pytest and pytest-xdist do not work together"
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without a PostgreSQL server to test against, PostgreSQL-only tests are deselected.
 
