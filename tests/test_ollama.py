@@ -33,6 +33,8 @@ MODEL_ID = f"openai/{MAIN_MODEL}"
 CHAT_CLIENT = os.environ.get("KVMEM_TEST_CHAT_CLIENT") or "auto"
 OTHER_ID = "ollama/llama3.1"
 SERVICE_KEY = "svc-ollama-test-key"
+# How long a test waits for one of its own requests to a server it started.
+WAIT = 30.0
 WEATHER_TOOL = {
     "type": "function",
     "function": {
@@ -767,11 +769,14 @@ def test_keys_mode_keeps_users_apart(
             return make_ollama(process.url, Authorization=f"Bearer {key}", **headers)
 
         alice, bob = as_user(alice_key), as_user(bob_key)
+        # The first write after start waits for the token encoding, which loads beside
+        # litellm's import: over httpx's default 5 s on a loaded CI worker once.
         assert (
             httpx.put(
                 f"{process.url}/memory/diary",
                 json={"value": "alice-secret-diary"},
                 headers={"Authorization": f"Bearer {alice_key}"},
+                timeout=WAIT,
             ).status_code
             == 201
         )
@@ -780,6 +785,7 @@ def test_keys_mode_keeps_users_apart(
                 f"{process.url}/memory/diary",
                 json={"value": "bob-own-diary"},
                 headers={"Authorization": f"Bearer {bob_key}"},
+                timeout=WAIT,
             ).status_code
             == 201
         )
