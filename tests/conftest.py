@@ -67,7 +67,7 @@ def pytest_check_xdist_groups(config: pytest.Config, items: list[pytest.Item]) -
     """In a pytest-xdist worker with `--dist loadgroup`, every test of an `xdist_group` must
     carry the group in its node id once collection ends, or the scheduler spreads the group
     over all workers (each then starts the group's servers and browser for itself: pytest 9.2
-    with xdist 3.8 did, silently, and the suite took 9:51 instead of ~7 min). Fail instead: the
+    with xdist 3.8 did, silently: 1,022 s of CPU instead of 926 s). Fail instead: the
     run stops at collection (xdist reports it as an internal error naming a grouped test)."""
     yield
     if not hasattr(config, "workerinput") or not config.getvalue("loadgroup"):
