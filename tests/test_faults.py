@@ -39,10 +39,13 @@ from tests.support.upstream import Reply, completion
 # Every test here runs on the direct client and on litellm (see conftest `chat_client`).
 pytestmark = pytest.mark.both_clients
 
-# chat.timeout for these tests, in seconds: long enough for a call through litellm on a
-# loaded worker (1 s timed out the normal turn after a fault once in CI, 2 s litellm's answer
-# to a non-JSON reply, a 504 for a 502), short for the hang cases.
+# chat.timeout for the hang cases, in seconds: long enough for the normal turn after the
+# fault through litellm on a loaded worker (1 s timed one out once in CI), short to wait for.
 TIMEOUT = 3
+# chat.timeout for the other faults, whose answer comes at once: on a loaded CI worker
+# litellm took over 2 s to answer a non-JSON reply, and over 3 s a 429 (a 504 each time).
+# `max_seconds` stays below it, so a fault answered only by the timeout still fails.
+ANSWER_TIMEOUT = 15
 
 
 class Anything:
@@ -90,7 +93,8 @@ class Fault:
     status: int
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
-    max_seconds: float = 5.0
+    timeout: float = ANSWER_TIMEOUT
+    max_seconds: float = 10.0
     min_seconds: float = 0.0
 
 
@@ -104,6 +108,7 @@ FAULTS = {
                 "message": f"the model did not answer within {TIMEOUT} seconds",
             }
         },
+        timeout=TIMEOUT,
         min_seconds=TIMEOUT,
         max_seconds=at_most(TIMEOUT),
     ),
@@ -143,7 +148,9 @@ def test_an_upstream_fault_gets_its_answer_and_leaves_nothing_behind(
     stream: bool,
 ) -> None:
     fault = FAULTS[name]
-    client = make_client(**chat_sections(chat={"timeout": TIMEOUT}, agent={"grace_seconds": 1}))
+    client = make_client(
+        **chat_sections(chat={"timeout": fault.timeout}, agent={"grace_seconds": 1})
+    )
     assert client.put("/memory/name", json={"value": "Ada"}).status_code == 201
     upstream.script(MAIN_MODEL, fault.reply)
     # The litellm faults time the call, not litellm's first import (3-5 s of a loaded worker,

@@ -360,6 +360,10 @@ async def run(quick: bool, workdir: Path, before: str) -> None:
                 f"{row['server_cpu_ms_per_request']} | {stream['ttfb_p50_ms']} | "
                 f"{stream['ttfb_p99_ms']} | {row['errors'] + stream['errors']} |"
             )
+        for target in targets:
+            samples = c32[target.name]["error_samples"] + streamed[target.name]["error_samples"]
+            if samples:
+                print(f"\n{target.name} errors, the first few: " + "; ".join(samples))
 
 
 def main() -> int:
