@@ -39,8 +39,13 @@ def alembic_config(engine: Engine, connection: Connection | None = None) -> Alem
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Apply every pending migration; replicas starting together migrate one at a time.
 
-    On PostgreSQL an advisory lock serializes them; on SQLite the migration runs in a
+    On PostgreSQL an advisory lock serializes them; on SQLite the whole upgrade is one
     `BEGIN IMMEDIATE` transaction. Either way the second one finds the work done.
+
+    The transaction is begun here, before Alembic looks at the connection, so that Alembic
+    takes it as the caller's: on SQLite (no transactional DDL, in Alembic's view) it would
+    otherwise commit after each migration, and a replica that took the lock in between read
+    the old revision and ran the next migration a second time ("duplicate column name").
     """
     from alembic import command
 
@@ -49,6 +54,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             connection.commit()
         try:
+            connection.begin()
             command.upgrade(alembic_config(engine, connection), revision)
             connection.commit()
         finally:

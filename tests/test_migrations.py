@@ -6,6 +6,8 @@ Model: simonw/llm tests/test_migrate.py.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -196,6 +198,27 @@ def test_ensure_current_migrates_once(engine: Engine) -> None:
     assert current_revision(engine) == HEAD
     ensure_current(engine)  # already current: nothing to do, nothing fails
     assert current_revision(engine) == HEAD
+
+
+def test_replicas_starting_together_on_sqlite_migrate_once(tmp_path: Path) -> None:
+    """Replicas that start at once on a blank file each run the upgrade: the others must find
+    the work done, not run a migration again (one failed with "duplicate column name" when
+    each migration committed alone and another process took the lock in between). Processes,
+    as replicas are: Alembic's `context` is one per process."""
+    config = tmp_path / "memory.yaml"
+    config.write_text(f"database:\n  url: sqlite:///{tmp_path / 'shared.db'}\n", "utf-8")
+    command = [sys.executable, "-m", "kvmem", "db", "--config", str(config), "upgrade"]
+    processes = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(4)
+    ]
+    outputs = [process.communicate(timeout=120)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0] * 4, outputs
+    database = Database.from_config(DatabaseConfig(url=f"sqlite:///{tmp_path / 'shared.db'}"))
+    try:
+        assert current_revision(database.engine) == HEAD
+    finally:
+        database.dispose()
 
 
 @pytest.fixture
