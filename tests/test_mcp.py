@@ -375,6 +375,10 @@ def test_kvmem_mcp_refuses_a_bad_user(config_file: Path):
 # --- streamable HTTP: /mcp of `kvmem serve` --------------------------------------------------
 
 
+# A chat model on the direct path, never called: no litellm import beside start-up.
+DIRECT_CHAT = {"model": "openai/unused", "api_base": "http://127.0.0.1:9/v1"}
+
+
 @pytest.fixture
 def served(
     tmp_path: Path, database_url: str, database: Database
@@ -391,7 +395,7 @@ def served(
             "database": {"url": database_url},
             "auth": {"mode": "keys", "service_keys": [SERVICE_KEY]},
             "memory": MEMORY,
-            "chat": {"model": "openai/unused", "api_base": "http://127.0.0.1:9/v1"},
+            "chat": DIRECT_CHAT,
         },
     ).start()
     yield server, secrets
@@ -545,7 +549,9 @@ def test_mcp_http_refusals(served: tuple[ServeProcess, dict[str, str]]):
 
 def test_the_sdk_loads_with_the_first_mcp_request(database: Database, database_url: str):
     """A server that is never asked to speak MCP never imports the SDK (~25 MiB); the first
-    /mcp request starts the transport and is answered like any other."""
+    /mcp request starts the transport and is answered like any other. The chat model goes
+    the direct path, as in `served`: with the default (`ollama/...`) litellm's import beside
+    start-up took 6 s of CPU and the test up to 108 s on a loaded worker, for nothing it checks."""
     script = (
         "import json, sys\n"
         "from starlette.testclient import TestClient\n"
@@ -553,7 +559,7 @@ def test_the_sdk_loads_with_the_first_mcp_request(database: Database, database_u
         "from kvmem.config import Config\n"
         "def sdk():\n"
         "    return sorted(m for m in sys.modules if m.split('.')[0] in {'mcp', 'mcp_types'})\n"
-        "config = Config.model_validate({'database': {'url': %r}})\n"
+        "config = Config.model_validate({'database': {'url': %r}, 'chat': %r})\n"
         "with TestClient(create_app(config), base_url='http://127.0.0.1') as client:\n"
         "    assert client.get('/memory').status_code == 200\n"
         "    assert client.get('/mcp').status_code == 405\n"
@@ -562,7 +568,7 @@ def test_the_sdk_loads_with_the_first_mcp_request(database: Database, database_u
         "        answer = client.post('/mcp', json=%r, headers=%r)\n"
         "        print(answer.status_code, json.dumps(answer.json()))\n"
         "    print('mcp.server' in sdk())\n"
-    ) % (database_url, PING, JSONRPC_HEADERS)
+    ) % (database_url, DIRECT_CHAT, PING, JSONRPC_HEADERS)
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120
     )
