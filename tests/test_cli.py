@@ -621,7 +621,11 @@ def test_keys_create_list_revoke(kvmem: Callable[..., Result], folder: Path) -> 
 @pytest.mark.slow
 def test_serve_answers_the_host_it_binds_and_refuses_other_names(tmp_path: Path) -> None:
     """`--host` overrides server.host, and the default server.allowed_hosts follows it."""
-    (tmp_path / "local.yaml").write_text("database: {url: 'sqlite:///kv.db'}\n")
+    # A direct-path chat model, never called: the default would import litellm beside start-up.
+    (tmp_path / "local.yaml").write_text(
+        "database: {url: 'sqlite:///kv.db'}\n"
+        "chat: {model: openai/unused, api_base: 'http://127.0.0.1:9/v1'}\n"
+    )
     hold = PortHold("127.0.0.2")  # given back once kvmem has exited
     url = f"http://127.0.0.2:{hold.port}"
     with (tmp_path / "serve.log").open("wb") as log:

@@ -29,7 +29,13 @@ def processes():
 
 def test_kill_9_mid_writes_loses_no_acknowledged_write(tmp_path, processes):
     db = tmp_path / "crash.db"
-    sections = {"database": {"url": f"sqlite:///{db}"}, "memory": {"tokenLimit": None}}
+    # The chat model goes the direct path, never called: the default (`ollama/...`) would
+    # import litellm beside start-up, 6 s of CPU in each of the two servers for nothing.
+    sections = {
+        "database": {"url": f"sqlite:///{db}"},
+        "chat": {"model": "openai/unused", "api_base": "http://127.0.0.1:9/v1"},
+        "memory": {"tokenLimit": None},
+    }
     server = ServeProcess(tmp_path, sections)
     processes.append(server.start())
     acknowledged: dict[str, str] = {}
