@@ -395,12 +395,20 @@ ROUTES = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("method", "path", "body"), ROUTES)
-def test_outsiders_learn_nothing_on_any_route(
-    world: World, method: str, path: str, body: Any
-) -> None:
-    """bob's key naming alice, no key, a wrong key and alice's revoked key: refused, and the
-    refusal is the same whether or not the user they aim at exists."""
+def test_outsiders_learn_nothing_on_any_route(world: World, subtests: pytest.Subtests) -> None:
+    """bob's key naming alice, no key, a wrong key and alice's revoked key: refused on every
+    route, and the refusal is the same whether or not the user they aim at exists.
+
+    One world for all the routes, each a subtest: every refusal is checked to leave alice's
+    view as it was, so no route sees another's leftovers (a world per route cost 0.47 s
+    each, 30 s of the suite's CPU over both backends)."""
+    for method, path, body in ROUTES:
+        with subtests.test(msg=f"{method} {path}"):
+            outsiders_are_refused(world, method, path, body)
+
+
+def outsiders_are_refused(world: World, method: str, path: str, body: Any) -> None:
+    """The checks of `test_outsiders_learn_nothing_on_any_route` on one route."""
     client, path = world.client, path.format(conversation=world.conversation)
     revoked_info, revoked = world.keys.create("alice")
     world.keys.revoke(revoked_info.id)
@@ -456,12 +464,18 @@ OLLAMA_ROUTES = [
 ]
 
 
-@pytest.mark.parametrize(("method", "path", "body"), OLLAMA_ROUTES)
 def test_outsiders_learn_nothing_on_the_ollama_routes(
-    world: World, method: str, path: str, body: Any
+    world: World, subtests: pytest.Subtests
 ) -> None:
     """As on every other route, in Ollama's error shape: refused before any model call, the
-    same refusal whoever it aims at."""
+    same refusal whoever it aims at (one world, a subtest per route, as above)."""
+    for method, path, body in OLLAMA_ROUTES:
+        with subtests.test(msg=f"{method} {path} {body}"):
+            outsiders_are_refused_by_ollama(world, method, path, body)
+
+
+def outsiders_are_refused_by_ollama(world: World, method: str, path: str, body: Any) -> None:
+    """The checks of `test_outsiders_learn_nothing_on_the_ollama_routes` on one route."""
     client = world.client
     revoked_info, revoked = world.keys.create("alice")
     world.keys.revoke(revoked_info.id)
