@@ -648,14 +648,15 @@ def test_serve_answers_the_host_it_binds_and_refuses_other_names(tmp_path: Path)
         )
     try:
         deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, (tmp_path / "serve.log").read_text()
-            try:
-                served = httpx.get(f"{url}/memory", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "kvmem did not start"
-                time.sleep(0.05)
+        with httpx.Client(timeout=1) as http:  # one client for every poll
+            while True:
+                assert process.poll() is None, (tmp_path / "serve.log").read_text()
+                try:
+                    served = http.get(f"{url}/memory")
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "kvmem did not start"
+                    time.sleep(0.05)
         assert served.status_code == 200
         refused = httpx.get(f"{url}/memory", headers={"Host": "evil.example"}, timeout=10)
         assert (refused.status_code, refused.json()["error"]["code"]) == (403, "host_not_allowed")

@@ -132,4 +132,5 @@ def test_sigterm_drains_a_stream_and_the_agent_then_exits_0(tmp_path, processes,
     # The agent's write landed during the drain and is kept.
     with sqlite3.connect(tmp_path / "drain.db") as connection:
         rows = connection.execute("SELECT key, value, source FROM memory_entries").fetchall()
-    assert rows == [("diet", "Vegetarian.", "agent")]
+    # Seen empty twice under heavy load (a full run beside a training job): the log says why.
+    assert rows == [("diet", "Vegetarian.", "agent")], server.log.read_text()[-4000:]

@@ -67,17 +67,19 @@ def replicas(database_url: str, upstream, tmp_path: Path):
     ]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     try:
-        for url, process, log in zip(urls, processes, logs, strict=True):
-            deadline = time.monotonic() + 60
-            while True:
-                assert process.poll() is None, log.read_text()
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "replica did not start"
-                time.sleep(0.1)
+        # One client for every poll (`httpx.get` builds one, with its TLS context, per call).
+        with httpx.Client(timeout=1) as http:
+            for url, process, log in zip(urls, processes, logs, strict=True):
+                deadline = time.monotonic() + 60
+                while True:
+                    assert process.poll() is None, log.read_text()
+                    try:
+                        if http.get(f"{url}/healthz").status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    assert time.monotonic() < deadline, "replica did not start"
+                    time.sleep(0.1)
         yield urls
     finally:
         for process in processes:
