@@ -104,8 +104,11 @@ def test_fifty_concurrent_runs_of_one_user_overshoot_the_budget_by_at_most_two_r
     upstream.default(AGENT_MODEL, Reply(content="nothing", delay=0.3))
 
     # One client for the 200 requests, shared by the threads (httpx's is thread-safe):
-    # `httpx.post` builds a client, and its TLS context, per call (~33 ms of CPU each).
-    limits = httpx.Limits(max_connections=50, max_keepalive_connections=50)
+    # `httpx.post` builds a client, and its TLS context, per call (~33 ms of CPU each). It
+    # drops a connection idle 2 s, before the server's 5 s keep-alive closes it: a request
+    # sent just as the server closes its connection fails ("Server disconnected without
+    # sending a response", seen once when a wave took ~5 s on a loaded machine).
+    limits = httpx.Limits(max_connections=50, max_keepalive_connections=50, keepalive_expiry=2.0)
     with httpx.Client(timeout=30, limits=limits) as http, ThreadPoolExecutor(50) as pool:
 
         def run_agent(_: int) -> int:
