@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 import tomllib
 from collections import Counter
 from collections.abc import Callable
@@ -838,6 +839,33 @@ def test_inline_a_failed_main_call_fails_its_scenario(
     assert (result.passed, result.state, result.model_calls) == (False, "failed", 1)
     assert result.problems == (Containing("the main call failed: "),)
     assert "overloaded" in result.problems[0]
+
+
+class SlowToLoad(TokenCounter):
+    """A token counter whose encoding takes `seconds` to load, as on a loaded machine."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def load(self) -> None:
+        if self._encoding is None:
+            time.sleep(self.seconds)
+        super().load()
+
+
+def test_the_encoding_loads_before_any_run_starts_its_clock(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    """A CI run failed an inline scenario in 3.4 s: its markers were applied only after the
+    encoding's first load, past the 3 s grace. Loaded once before the runs, a load slower
+    than the grace costs neither a scenario nor its latency."""
+    suite = load_suite(write_suite(tmp_path, [GLUTEN]))
+    upstream.default(MAIN_MODEL, Reply(content="OK\n[MEMORY: food = No gluten]"))
+    sections = chat_sections(agent={"grace_seconds": 0.2})
+    [result], _ = evaluate_inline(sections, SlowToLoad(1.5), suite)
+    assert (result.passed, result.state, result.problems) == (True, "done", ())
+    assert result.latency_seconds < 1.5
 
 
 def test_placement_on_the_command_line(upstream: ScriptedUpstream, folder: Path) -> None:
