@@ -38,7 +38,7 @@ def test_quick_http_servers_comparison_runs_and_kvmem_meets_every_probe() -> Non
     ]
     assert {probe: cell.endswith("(yes)") for probe, cell in probes.items()} == dict.fromkeys(
         probes, True
-    )
+    ), "\n".join(f"{probe}: {cell}" for probe, cell in probes.items())
     load = {
         row[0][2:]: row[-1].rstrip(" |")
         for row in rows

@@ -226,7 +226,9 @@ def probe(port: int) -> dict[str, tuple[str, bool]]:
         closed and statuses(answer) == ["408 json+close"],
     )
     answer, closed, took = converse(port, b"", wait=HEAD_TIMEOUT + 4)
-    results["2 idle socket"] = (outcome(answer, closed, took), closed and took < HEAD_TIMEOUT + 2)
+    # Closed by the head timeout (2 s, swept every 0.5 s), not by a keep-alive timer (5 s);
+    # a loaded CI run missed the tighter 4 s bound (which its output did not say).
+    results["2 idle socket"] = (outcome(answer, closed, took), closed and took < HEAD_TIMEOUT + 2.9)
     answer, closed, took = converse(port, chunked_put(b"zz\r\n"))
     results["3 chunk size zz"] = (
         outcome(answer, closed, took),
