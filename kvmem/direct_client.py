@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import os
 import ssl
@@ -309,12 +310,19 @@ def upstream_model(model: str) -> str:
 
 def tls_context() -> ssl.SSLContext:
     """The TLS context httpx (and so the OpenAI SDK) would use: SSL_CERT_FILE or SSL_CERT_DIR
-    when set, else certifi's CA bundle."""
+    when set, else certifi's CA bundle. One per process for the same settings: reading the
+    CA bundle costs ~20 ms of CPU, which every client (an app's, `kvmem eval`'s, a test's)
+    paid again, and a context is safe to share between connectors."""
+    return _tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+@functools.cache
+def _tls_context(cafile: str | None, capath: str | None) -> ssl.SSLContext:
     import certifi  # imported when the first pool is made, not at startup
 
-    if cafile := os.environ.get("SSL_CERT_FILE"):
+    if cafile:
         return ssl.create_default_context(cafile=cafile)
-    if capath := os.environ.get("SSL_CERT_DIR"):
+    if capath:
         return ssl.create_default_context(capath=capath)
     return ssl.create_default_context(cafile=certifi.where())
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -533,3 +535,28 @@ def test_credentials_in_the_base_url_are_sent_as_basic_auth_and_never_quoted(
     assert refused.status_code == 502
     assert refused.json()["error"]["message"].startswith("the model call failed: ")
     assert "pa@ss" not in refused.text and "pa%40ss" not in refused.text
+
+
+def test_one_tls_context_per_process_for_the_same_certificate_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every client shares the context its settings give (reading the CA bundle is ~20 ms of
+    CPU each time); SSL_CERT_FILE still chooses the certificates, as httpx's would."""
+    import certifi
+
+    from kvmem.direct_client import tls_context
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    default = tls_context()
+    assert tls_context() is default
+    assert (default.verify_mode, default.check_hostname) == (ssl.CERT_REQUIRED, True)
+    assert default.cert_store_stats()["x509_ca"] > 100  # certifi's bundle
+
+    first = Path(certifi.where()).read_text().split("-----END CERTIFICATE-----")[0]
+    one = tmp_path / "one.pem"
+    one.write_text(first + "-----END CERTIFICATE-----\n")
+    monkeypatch.setenv("SSL_CERT_FILE", str(one))
+    chosen = tls_context()
+    assert tls_context() is chosen
+    assert chosen.cert_store_stats()["x509_ca"] == 1
