@@ -666,6 +666,35 @@ def test_serve_answers_the_host_it_binds_and_refuses_other_names(tmp_path: Path)
         hold.close()
 
 
+def test_a_served_app_freezes_what_start_up_made_once_its_loads_end(
+    database: Database, database_url: str
+) -> None:
+    """`kvmem serve` builds its app with `freeze_gc`: after the encoding's load (and litellm's,
+    when it is imported) one collection, then `gc.freeze()`, so full collections no longer
+    walk the process's modules and tables (the 50-writer p99 was their pauses). Other apps,
+    like this suite's own, freeze nothing. In a child process: a freeze would keep this
+    worker's objects for good."""
+    script = (
+        "import gc, threading\n"
+        "from starlette.testclient import TestClient\n"
+        "from kvmem.app import create_app\n"
+        "from kvmem.config import Config\n"
+        "config = Config.model_validate({'database': {'url': %r}, 'chat': %r})\n"
+        "for freeze in (False, True):\n"
+        "    app = create_app(config, freeze_gc=freeze)\n"
+        "    with TestClient(app, base_url='http://127.0.0.1') as client:\n"
+        "        assert client.get('/memory').status_code == 200\n"
+        "        for thread in threading.enumerate():\n"
+        "            if thread.name in ('kvmem-tokenizer', 'kvmem-gc-freeze'):\n"
+        "                thread.join(60)\n"
+        "        print(freeze, gc.get_freeze_count() > 50_000)\n"
+    ) % (database_url, {"model": "openai/unused", "api_base": "http://127.0.0.1:9/v1"})
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "False False\nTrue True\n", "")
+
+
 @pytest.mark.slow
 def test_serve_in_local_mode_refuses_a_public_host(tmp_path: Path) -> None:
     (tmp_path / "public.yaml").write_text(

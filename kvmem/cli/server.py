@@ -49,7 +49,7 @@ def serve(host: str | None, port: int | None) -> None:
         signal.signal(shutdown_signal, lambda *_: None)
     click.echo(f"kvmem: the memory page is at {page_url(host, port)}", err=True)
     uvicorn.run(
-        create_app(config, database=database),
+        create_app(config, database=database, freeze_gc=True),
         host=host,
         port=port,
         log_level="info",
