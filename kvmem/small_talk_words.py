@@ -134,9 +134,11 @@ FIRST_PERSON = (
 )
 # Words of memory: to remember, forget, note, save, delete.
 MEMORY_WORDS = (
-    r"\b(?:remember|rememb\w*|remeber|forget|memor\w*|note|notes|save|store|record|delete|erase"
-    r"|remove|wipe)\b",
-    r"记|記|忘|删|刪|存",  # simplified and traditional
+    r"\b(?:remember|rememb\w*|remeber|rember|remmb\w*|rmbr|forget|memor\w*|note|notes|save|store"
+    r"|record|delete|erase|remove|wipe)\b",
+    # simplified and traditional; 再…提: "别再跟我提我前男友的事" (don't bring it up again)
+    r"记|記|忘|删|刪|存|再.{0,3}提",
+    r"\bji ?zhu\b|\b(?:oboe|wasure)\w*",  # romanized 记住, 覚え, 忘れ ("jizhu wo bu chi la de")
     r"запомн|запомина|забуд|забыв|забыть|удал|памят|сохран|запиш",
     r"\b(?:ricord|dimentic|salv|memori|segna|annot)\w*|\bcancell(?:a|i|o|are|ato|ata|ati|ami|alo|ala|ali|ale)\b",
     r"\b(?:recuerd|acuerd|olvid|guard|apunt|memori)\w*|\bborr(?:a|ar|e|en|es|o|ado|ada|ados|adas|alo|ala|alos|alas|ame"
@@ -144,7 +146,7 @@ MEMORY_WORDS = (
     r"\b(?:souvien|rappelle|retien|oubli|efface|supprim|enregistr|memoire|memoris|note)\w*",
     r"\b(?:merk|vergiss|vergessen|losch|speicher|notier|gedachtnis)\w*",
     r"\b(?:lembr|esquec|apag|anot|memoria)\w*",
-    r"覚え|忘れ|記憶|メモ|保存|消して|削除",
+    r"覚え|忘れ|記憶|メモ|保存|消して|削除|もう出さ",  # もう出さないで: don't bring it up again
 )
 # Life events, which state a fact even without a pronoun ("retired last month, hobby ideas?");
 # like memory words, the intent gate's classifier never skips them.
@@ -152,6 +154,11 @@ LIFE_EVENTS = (
     r"\b(?:retired|divorced|widowed|pregnant|engaged|graduated|incinta|in pensione|embarazada|jubilad[oa]|gravida"
     r"|aposentad[oa]|enceinte|a la retraite|schwanger|in rente|umgezogen|geheiratet|gekundigt)\b|беременн|на пенсии"
     r"|怀孕|退休|妊娠|退職",
+    # an adoption, of a child or a pet ("on a adopté un lapin nain, il peut manger des carottes ?")
+    r"\b(?:adopted|adopt(?:e|ee|es|ees|ons|ado|ada|ados|adas|amos|iert|ierte)|adott(?:ato|ata|ati|ate)"
+    r"|adot(?:ei|ado|ada|amos))\b|усынов|удочер|领养|收养|養子|里親",
+    # one's name, given without a pronoun ("Name's Bob, by the way.")
+    r"(?:^|[\n.!?;,] ?)name's\b",
 )
 # Words of a change: a fact about the user that is new, or no longer true.
 CHANGE_WORDS = (

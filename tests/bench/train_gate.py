@@ -12,8 +12,9 @@ exits 1 if the file differs from what training gives now).
 
 The threshold is chosen a priori by a rule, never by a score on a held round: the highest
 threshold (most skipping) at which, over the rounds left out of training in an inner
-leave-one-round-out, the model skips at most 3 % of the implicit updates and 1 % of the
-explicit requests that the rules pass. Features and training settings are fixed below.
+leave-one-round-out, the model skips at most 4 % of all their implicit updates and 1 % of
+all their explicit requests (the issue's targets are 90 % and 98 % passed; the rules alone
+lose about 2 % and 0.3 %). Features and training settings are fixed below.
 
 `--loro` prints the cross-validated estimate: for each round of ROUNDS, train on everything else
 (BASE_FILES always: the corpus, the tuning file, rounds 1-2 and the training messages),
@@ -46,7 +47,7 @@ BASE_FILES = (
     "intent_training_a",
     "intent_training_b",
 )
-ROUNDS = tuple(range(3, 16))
+ROUNDS = tuple(range(3, 20))
 
 SEED = 20250611
 EPOCHS = 12
@@ -54,9 +55,14 @@ LEARNING_RATE = 0.5
 L2 = 1e-4
 PRUNE = 0.02  # weights smaller than this are dropped (keeps the file small)
 DIGITS = 3
-# The inner rule for the threshold: of the positives the rules pass, the model may skip at most
-# this share.
-MAX_IMPLICIT_LOSS = 0.03
+# The inner rule for the threshold: of all the held rounds' implicit updates and explicit
+# requests, the model may skip at most this share. (Until 2026-12-04 the shares were 3 % and
+# 1 % of those the rules leave unrecognised, about a third of the explicit requests: the
+# explicit share bound at 0.30 on two or three romanized or dialect requests, since memory
+# words; measured on rounds 16-19 with the model trained through 15, 0.46 instead of 0.30
+# skipped 83.1 / 68.1 / 31.2 / 41.2 % of the chit-chat instead of 77.5 / 57.5 / 29.4 / 33.8 %,
+# and passed 95.7-97.1 % of the implicit updates and 98.6-100 % of the explicit requests.)
+MAX_IMPLICIT_LOSS = 0.04
 MAX_EXPLICIT_LOSS = 0.01
 HARD_WEIGHTS = (1.0, 3.0)
 THRESHOLDS = tuple(round(0.02 * i, 2) for i in range(1, 50))
@@ -188,13 +194,15 @@ def choose_settings(examples: Sequence[Example], rounds: Sequence[int]) -> Setti
                 if e.round == held and e.unrecognised:
                     eligible = model_may_read(e.normalized)
                     scored.append((e, model.probability(e.normalized) if eligible else 1.0))
+        total = {
+            label: sum(e.label == label and e.round in rounds for e in examples)
+            for label in ("implicit", "explicit")
+        }
         threshold = 0.0
         for candidate in THRESHOLDS:
             lost = {"implicit": 0, "explicit": 0}
-            total = {"implicit": 0, "explicit": 0}
             for e, p in scored:
-                if e.label in total:
-                    total[e.label] += 1
+                if e.label in lost:
                     lost[e.label] += p < candidate
             if (
                 lost["implicit"] <= MAX_IMPLICIT_LOSS * total["implicit"]
