@@ -62,21 +62,27 @@ TRAINED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout13.jsonl", 0.95, 0.75),
     (Path(__file__).parent / "data" / "intent_heldout14.jsonl", 0.92, 0.80),
     (Path(__file__).parent / "data" / "intent_heldout15.jsonl", 0.97, 0.58),
+    # Rounds 16-19, measured once on the classifier trained through round 15 (77.5 / 57.5 /
+    # 29.4 / 33.8 %), training data since 2026-12-04.
+    (Path(__file__).parent / "data" / "intent_heldout16.jsonl", 0.95, 0.88),
+    (Path(__file__).parent / "data" / "intent_heldout17.jsonl", 0.95, 0.82),
+    (Path(__file__).parent / "data" / "intent_heldout18.jsonl", 0.95, 0.33),
+    (Path(__file__).parent / "data" / "intent_heldout19.jsonl", 0.95, 0.45),
 )
-# Rounds 16-17, written blind after the shipped classifier was trained and measured once on it
-# (explicit / implicit / chit-chat skipped: 100 / 95.7 / 77.5 % and 100 / 97.1 / 57.5 %), are
-# neither tuning nor training data yet: asserted at those numbers less a margin.
+# Rounds 20-22, written blind after the shipped classifier's design was fixed and measured once
+# on it (explicit / implicit / chit-chat skipped: 97.1 / 97.1 / 61.9 %, 100 / 100 / 85.0 % and
+# 100 / 95.7 / 62.5 %), are neither tuning nor training data yet: asserted at those numbers
+# less a margin.
 MEASURED_ROUNDS = (
-    (Path(__file__).parent / "data" / "intent_heldout16.jsonl", 0.92, 0.74),
-    (Path(__file__).parent / "data" / "intent_heldout17.jsonl", 0.94, 0.54),
-    # Rounds 18-19, written blind after 16-17 and measured once on the same gate: 100 / 98.6 /
-    # 29.4 % and 100 / 98.6 / 33.8 % (their chit-chat names memory in other senses).
-    (Path(__file__).parent / "data" / "intent_heldout18.jsonl", 0.95, 0.26),
-    (Path(__file__).parent / "data" / "intent_heldout19.jsonl", 0.95, 0.30),
+    (Path(__file__).parent / "data" / "intent_heldout20.jsonl", 0.94, 0.58),
+    (Path(__file__).parent / "data" / "intent_heldout21.jsonl", 0.97, 0.81),
+    (Path(__file__).parent / "data" / "intent_heldout22.jsonl", 0.92, 0.58),
 )
-# The explicit requests a trained round's gate still misses, by design or not yet: round 13's
-# "Por favor escreva em português de Portugal, não do Brasil" reads as a task for this answer.
-EXPLICIT_MISSED = {"intent_heldout13": 1, "intent_heldout14": 1}
+# The explicit requests a round's gate still misses, by design or not yet: round 13's
+# "Por favor escreva em português de Portugal, não do Brasil" reads as a task for this answer;
+# round 20's two ("aggiorna: il negozio ora chiude alle 19:30", "今後、見積もりは全部税込表示で
+# お願いします") the classifier skips.
+EXPLICIT_MISSED = {"intent_heldout13": 1, "intent_heldout14": 1, "intent_heldout20": 2}
 # Every held-out round in the order written: (round, least size, most texts repeated from the
 # corpus, the tuning file or an earlier round). Later authors repeat some short chit-chat
 # ("ciao!", "mdr", "草") and a few longer messages; docs/agent.md counts them.
@@ -107,8 +113,11 @@ ROUNDS_WRITTEN = tuple(
             300,
             300,
             300,
+            300,
+            300,
+            300,
         ),
-        (0, 0, 0, 1, 1, 0, 11, 12, 12, 0, 0, 4, 2, 6, 5, 13, 10, 4, 8),
+        (0, 0, 0, 1, 1, 0, 11, 12, 12, 0, 0, 4, 2, 6, 5, 13, 10, 4, 8, 15, 16, 26),
         strict=True,
     )
 )
