@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from kvmem import intent_model
 from kvmem.intent_patterns import KEYWORD_RULES, PATTERNS
 from kvmem.small_talk import MAX_SMALL_TALK_CHARS, is_small_talk
-from kvmem.small_talk_words import LIFE_EVENTS, MEMORY_WORDS
+from kvmem.small_talk_words import LIFE_EVENTS, MEMORY_WORDS, STANDING
 
 # Latin and Cyrillic diacritics (U+0300-U+036F) are dropped; Japanese voicing marks
 # (U+3099, U+309A) are kept, since dropping them would change the word.
@@ -83,16 +83,17 @@ class _KeywordRule:
         return False
 
 
-# What the classifier never skips: words of memory and life events.
+# What the classifier never skips: words of memory, life events and standing instructions.
 _ALWAYS_PASS = re.compile(
-    "|".join(f"(?:{_strip_accents(w)})" for w in (*MEMORY_WORDS, *LIFE_EVENTS))
+    "|".join(f"(?:{_strip_accents(w)})" for w in (*MEMORY_WORDS, *LIFE_EVENTS, *STANDING))
 )
 
 
 def model_may_read(normalized: str) -> bool:
     """Whether the model may judge a message the rules pass as unrecognised: it names no
-    memory ("remember", "forget", "save", "记", "забудь"...) and no life event ("pregnant",
-    "retired", "怀孕"...), which always pass, and is short enough to be small talk."""
+    memory ("remember", "forget", "save", "记", "забудь"...), no life event ("pregnant",
+    "retired", "怀孕"...) and no standing instruction ("from now on", "今後", "update:"),
+    which always pass, and is short enough to be small talk."""
     return len(normalized) <= MAX_SMALL_TALK_CHARS and not _ALWAYS_PASS.search(normalized)
 
 

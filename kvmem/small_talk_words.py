@@ -121,13 +121,13 @@ FIRST_PERSON = (
     r"我|俺|咱",
     r"(?<!\w)(?:я|меня|мне|мнои|мо(?:и|я|е|его|ему|ем|еи|ю|их|ими)|мы|нас|нам|наш\w*|сам)(?!\w)",
     r"\b(?:io|mi|me|mio|mia|miei|mie|noi|nostr\w|sono|ho|sto|vivo|abito|lavoro|studio|ero|avevo|faccio|mangio|bevo"
-    r"|fumo|insegno|gioco|soffro|preferisco|odio|guido|frequento|pratico|cucino)\b",
+    r"|fumo|insegno|gioco|soffro|preferisco|odio|guido|frequento|pratico|cucino|abbiamo|siamo|viviamo|lavoriamo)\b",
     r"\b(?:yo|mi|mis|mio|mia|me|nosotros|nuestr\w+|soy|estoy|tengo|vivo|trabajo|estudio|tuve|fui|hago|bebo|fumo"
-    r"|enseno|juego|sufro|padezco|prefiero|odio|manejo|conduzco|cocino|entreno)\b",
+    r"|enseno|juego|sufro|padezco|prefiero|odio|manejo|conduzco|cocino|entreno|tenemos|vivimos|trabajamos|somos)\b",
     r"\b(?:je|j'\w+|moi|me|m'\w+|mon|ma|mes|nous|notre|nos|jsuis|chui)\b|\bon (?:a|est|s'est|vient|habite|vit)\b",
     r"\b(?:ich|mich|mir|mein\w*|wir|uns|unser\w*|hab|habe|bin|wohne|arbeite|lebe|studiere|rauche|trinke)\b",
     r"\b(?:eu|me|mim|meu|minha|meus|minhas|comigo|nos|nosso|nossa|sou|estou|tenho|moro|trabalho|estudo|faco|bebo|fumo"
-    r"|ensino|jogo|sofro|prefiro|odeio|dirijo|cozinho|treino)\b",
+    r"|ensino|jogo|sofro|prefiro|odeio|dirijo|cozinho|treino|temos|moramos|trabalhamos|somos)\b",
     r"私|わたし|あたし|僕|ぼく|俺|おれ|自分|うちの|我が",
     r"(?:^|\n|[,;:] ?)(?:uso|usiamo|usamos)\b",
     r"(?<!\w)(?:живу|работаю|учусь|ем|пью|курю|занимаюсь|люблю|предпочитаю|болею|беременна|замужем|женат)(?!\w)",
@@ -160,16 +160,23 @@ LIFE_EVENTS = (
     # one's name, given without a pronoun ("Name's Bob, by the way.")
     r"(?:^|[\n.!?;,] ?)name's\b",
 )
+# Words of a standing instruction or an update, not a one-off task: like memory words, the
+# intent gate's classifier never skips them ("今後、見積もりは全部税込表示でお願いします",
+# "aggiorna: il negozio ora chiude alle 19:30").
+STANDING = (
+    r"\b(?:from now on|going forward|from here on)\b|以后|今后|从今以后|впредь|отныне|с этого момента|в дальнейшем"
+    r"|\b(?:d'ora in (?:poi|avanti)|da ora in poi|de ahora en adelante|a partir de (?:ahora|agora|maintenant)"
+    r"|dorenavant|a l'avenir|ab (?:jetzt|sofort)|kunftig|zukunftig|de agora em diante|daqui (?:pra|para) frente)\b"
+    r"|今後|以後|次から|今度から",
+    r"(?:^|\n)(?:update|aggiorna|aggiornamento|actualiza|actualizacion|mise a jour|aktualisierung|atualiza"
+    r"|atualizacao|обновление|обнови|更新|アップデート) ?:",
+)
 # Words of a change: a fact about the user that is new, or no longer true.
 CHANGE_WORDS = (
     r"\b(?:now|anymore|any more|no longer|btw|fyi|actually|moved|switched|changed|new|since)\b",
     *LIFE_EVENTS,
     r"(?:^|\n)\w+(?: \w+)? here\b",  # "vegan here, what can I cook?"
-    # "from now on": a standing instruction, not a one-off task ("今後、署名は…で統一してください")
-    r"\b(?:from now on|going forward|from here on)\b|以后|今后|从今以后|впредь|отныне|с этого момента|в дальнейшем"
-    r"|\b(?:d'ora in (?:poi|avanti)|da ora in poi|de ahora en adelante|a partir de (?:ahora|agora|maintenant)"
-    r"|dorenavant|a l'avenir|ab (?:jetzt|sofort)|kunftig|zukunftig|de agora em diante|daqui (?:pra|para) frente)\b"
-    r"|今後|以後|次から|今度から",
+    *STANDING,
     r"现在|已经|不再|刚|最近|搬|换了|新的|了[，,]",
     r"теперь|больше не|уже не|нов\w+|сеичас|переех|бросил",
     r"\b(?:ora|adesso|ormai|non \w+ piu|non piu|nuov\w+)\b",

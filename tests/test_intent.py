@@ -68,21 +68,19 @@ TRAINED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout17.jsonl", 0.95, 0.82),
     (Path(__file__).parent / "data" / "intent_heldout18.jsonl", 0.95, 0.33),
     (Path(__file__).parent / "data" / "intent_heldout19.jsonl", 0.95, 0.45),
+    # Rounds 20-22, measured once on the classifier trained through round 19 (explicit /
+    # implicit / chit-chat skipped: 97.1 / 97.1 / 61.9 %, 100 / 100 / 85.0 %, 100 / 95.7 /
+    # 62.5 %), training data since.
+    (Path(__file__).parent / "data" / "intent_heldout20.jsonl", 0.95, 0.73),
+    (Path(__file__).parent / "data" / "intent_heldout21.jsonl", 0.97, 0.88),
+    (Path(__file__).parent / "data" / "intent_heldout22.jsonl", 0.95, 0.70),
 )
-# Rounds 20-22, written blind after the shipped classifier's design was fixed and measured once
-# on it (explicit / implicit / chit-chat skipped: 97.1 / 97.1 / 61.9 %, 100 / 100 / 85.0 % and
-# 100 / 95.7 / 62.5 %), are neither tuning nor training data yet: asserted at those numbers
-# less a margin.
-MEASURED_ROUNDS = (
-    (Path(__file__).parent / "data" / "intent_heldout20.jsonl", 0.94, 0.58),
-    (Path(__file__).parent / "data" / "intent_heldout21.jsonl", 0.97, 0.81),
-    (Path(__file__).parent / "data" / "intent_heldout22.jsonl", 0.92, 0.58),
-)
+# Rounds measured once on the shipped gate and neither tuning nor training data yet: asserted
+# at those numbers less a margin.
+MEASURED_ROUNDS: tuple[tuple[Path, float, float], ...] = ()
 # The explicit requests a round's gate still misses, by design or not yet: round 13's
-# "Por favor escreva em português de Portugal, não do Brasil" reads as a task for this answer;
-# round 20's two ("aggiorna: il negozio ora chiude alle 19:30", "今後、見積もりは全部税込表示で
-# お願いします") the classifier skips.
-EXPLICIT_MISSED = {"intent_heldout13": 1, "intent_heldout14": 1, "intent_heldout20": 2}
+# "Por favor escreva em português de Portugal, não do Brasil" reads as a task for this answer.
+EXPLICIT_MISSED = {"intent_heldout13": 1, "intent_heldout14": 1}
 # Every held-out round in the order written: (round, least size, most texts repeated from the
 # corpus, the tuning file or an earlier round). Later authors repeat some short chit-chat
 # ("ciao!", "mdr", "草") and a few longer messages; docs/agent.md counts them.
@@ -329,7 +327,7 @@ def test_the_model_loads_once_and_scores_every_labelled_message():
     assert 0 < model.threshold < 1
     assert model.training["seed"] == train_gate.SEED
     path = Path(intent_model.__file__).with_name(intent_model.MODEL_FILE)
-    assert path.stat().st_size < 3_000_000
+    assert path.stat().st_size < 3_000_000  # 2.7 MB trained on rounds 3-22
     texts = [normalize(t) for t in all_labelled_texts()]
     assert all(0 <= model.probability(text) <= 1 for text in texts)
 
