@@ -75,12 +75,19 @@ TRAINED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout21.jsonl", 0.97, 0.88),
     (Path(__file__).parent / "data" / "intent_heldout22.jsonl", 0.95, 0.70),
 )
-# Rounds measured once on the shipped gate and neither tuning nor training data yet: asserted
-# at those numbers less a margin.
-MEASURED_ROUNDS: tuple[tuple[Path, float, float], ...] = ()
+# Rounds 23-25, written blind after the shipped gate's design was fixed and measured once on it
+# (explicit / implicit / chit-chat skipped: 100 / 92.9 / 89.4 %, 98.6 / 91.4 / 77.5 % and
+# 100 / 94.3 / 67.5 %), are neither tuning nor training data yet: asserted at those numbers
+# less a margin.
+MEASURED_ROUNDS = (
+    (Path(__file__).parent / "data" / "intent_heldout23.jsonl", 0.90, 0.86),
+    (Path(__file__).parent / "data" / "intent_heldout24.jsonl", 0.88, 0.74),
+    (Path(__file__).parent / "data" / "intent_heldout25.jsonl", 0.91, 0.64),
+)
 # The explicit requests a round's gate still misses, by design or not yet: round 13's
-# "Por favor escreva em português de Portugal, não do Brasil" reads as a task for this answer.
-EXPLICIT_MISSED = {"intent_heldout13": 1, "intent_heldout14": 1}
+# "Por favor escreva em português de Portugal, não do Brasil" reads as a task for this answer;
+# round 24's "всегда пиши цены в лари, ок?" ("always give prices in lari") as a task too.
+EXPLICIT_MISSED = {"intent_heldout13": 1, "intent_heldout14": 1, "intent_heldout24": 1}
 # Every held-out round in the order written: (round, least size, most texts repeated from the
 # corpus, the tuning file or an earlier round). Later authors repeat some short chit-chat
 # ("ciao!", "mdr", "草") and a few longer messages; docs/agent.md counts them.
@@ -114,8 +121,11 @@ ROUNDS_WRITTEN = tuple(
             300,
             300,
             300,
+            300,
+            300,
+            300,
         ),
-        (0, 0, 0, 1, 1, 0, 11, 12, 12, 0, 0, 4, 2, 6, 5, 13, 10, 4, 8, 15, 16, 26),
+        (0, 0, 0, 1, 1, 0, 11, 12, 12, 0, 0, 4, 2, 6, 5, 13, 10, 4, 8, 15, 16, 26, 24, 16, 9),
         strict=True,
     )
 )
