@@ -510,6 +510,31 @@ def test_anything_not_recognised_as_small_talk_passes(text):
     assert IntentGate(model=False).reason(text) == UNRECOGNISED
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # romanized and dialect memory requests (rounds 3, 7, 14, 18)
+        "rmbr i take my coffee black no sugar lol",
+        "jizhu wo bu chi la de, xiexie",
+        "oboete oite, boku wa sakana ga taberarenai",
+        "别再跟我提我前男友的事了，好吗？",
+        "腰の話はもう出さんでええわ、治ったし",
+        # standing instructions and updates (round 20)
+        "今後、見積もりは全部税込表示でお願いします",
+        "aggiorna: il negozio ora chiude alle 19:30 non alle 20",
+        "from now on keep your answers under 100 words",
+        # an adoption, one's name
+        "On a adopté un lapin nain, il peut manger des carottes ?",
+        "Name's Bob, by the way.",
+    ],
+)
+def test_the_classifier_never_judges_memory_words_standing_instructions_or_life_events(text):
+    """These pass whatever the classifier would score them (several scored as chit-chat when
+    it read them)."""
+    assert not model_may_read(normalize(text))
+    assert IntentGate().matches(text)
+
+
 def test_a_momentary_statement_passes_the_rules_and_is_left_to_the_classifier():
     """The rules do not know it; the rounds' authors label such passing states chit-chat
     ("I'm tired today"), and the classifier trained on them may skip it."""
