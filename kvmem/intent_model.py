@@ -7,12 +7,13 @@ goes unrecognised. kvmem/intent.py asks this model about those messages only: a 
 rules pass may still be skipped when the model is confident it is chit-chat, never one that
 names memory or is too long to be small talk (kvmem/intent.py decides that, not this module).
 
-This module owns the features (`features`), the weights' file format and loading it, and
-scoring. The weights are package data, `kvmem/intent_model.json`, written by
-`python -m tests.bench.train_gate` from the labelled messages in tests/data (deterministic:
-training again gives the same file); they are read once, when the first gate is built (kvmem/intent.py). Pure
-Python and the standard library: no download, no numpy. It reads text already normalized by
-kvmem.intent.normalize and imports nothing of kvmem.
+This module owns the features (`features`: n-grams and words, and the cues of
+kvmem/intent_cues.py), the weights' file format and loading it, and scoring. The weights are
+package data, `kvmem/intent_model.json`, written by `python -m tests.bench.train_gate` from the
+labelled messages in tests/data (deterministic: training again gives the same file); they are
+read once, when the first gate is built (kvmem/intent.py). Pure Python and the standard
+library: no download, no numpy. It reads text already normalized by kvmem.intent.normalize
+and imports nothing of kvmem but the cues.
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
+from kvmem.intent_cues import cues
+
 MODEL_FILE = "intent_model.json"
-FORMAT = 1
+# 2: the cues (kvmem/intent_cues.py) are features too.
+FORMAT = 2
 
 # Character n-grams of each word padded with a space at both ends ("_hi_" gives "_h", "hi",
 # "i_", "_hi", "hi_", "_hi_"), and each word as a whole.
@@ -37,9 +41,10 @@ _CLAUSE_END = re.compile(r"[.!?;,\n。！？；，、]+")
 
 
 def feature_set(normalized: str) -> set[str]:
-    """The message's n-grams and words (see NGRAM_SIZES)."""
-    found: set[str] = set()
-    for word in normalized[:MAX_CHARS].split():
+    """The message's n-grams and words (see NGRAM_SIZES), and its cues."""
+    text = normalized[:MAX_CHARS]
+    found = cues(text)
+    for word in text.split():
         found.add(f"w:{word}")
         padded = f" {word} "
         for size in NGRAM_SIZES:
@@ -88,7 +93,7 @@ class Model:
         """The file's text: sorted keys, one line per weight, so diffs stay readable."""
         body = {
             "format": FORMAT,
-            "features": {"ngram_sizes": list(NGRAM_SIZES), "words": True},
+            "features": {"ngram_sizes": list(NGRAM_SIZES), "words": True, "cues": True},
             "bias": self.bias,
             "threshold": self.threshold,
             "training": self.training,

@@ -135,7 +135,7 @@ FIRST_PERSON = (
 # Words of memory: to remember, forget, note, save, delete.
 MEMORY_WORDS = (
     r"\b(?:remember|rememb\w*|remeber|rember|remmb\w*|rmbr|forget|memor\w*|note|notes|save|store"
-    r"|record|delete|erase|remove|wipe)\b",
+    r"|record|delete|erase|remove|wipe|remind me (?:to|that))\b",
     # simplified and traditional; 再…提: "别再跟我提我前男友的事" (don't bring it up again)
     r"记|記|忘|删|刪|存|再.{0,3}提",
     r"\bji ?zhu\b|\b(?:oboe|wasure)\w*",  # romanized 记住, 覚え, 忘れ ("jizhu wo bu chi la de")
@@ -157,8 +157,16 @@ LIFE_EVENTS = (
     # an adoption, of a child or a pet ("on a adopté un lapin nain, il peut manger des carottes ?")
     r"\b(?:adopted|adopt(?:e|ee|es|ees|ons|ado|ada|ados|adas|amos|iert|ierte)|adott(?:ato|ata|ati|ate)"
     r"|adot(?:ei|ado|ada|amos))\b|усынов|удочер|领养|收养|養子|里親",
-    # one's name, given without a pronoun ("Name's Bob, by the way.")
+    # one's name, given without a pronoun ("Name's Bob, by the way."), or who one is ("vegan
+    # here, what can I cook tonight?")
     r"(?:^|[\n.!?;,] ?)name's\b",
+    r"(?:^|\n)\w+(?: \w+)? here\b",
+    # a fact about one's family ("my son is 4", "mio figlio ha 4 anni")
+    r"\bmy (?:son|daughter|kids?|child|children|wife|husband|partner|boyfriend|girlfriend|mom|mum|mother|dad|father"
+    r"|brother|sister|dog|cat)(?:'s| is| has| was| just)\b|\b(?:mio|mia) (?:figli[oa]|marito|moglie) (?:ha|e)\b"
+    r"|\bmi (?:hij[oa]|esposo|esposa|marido|mujer) (?:tiene|es|esta)\b|\b(?:mon|ma) (?:fils|fille|mari|femme) (?:a|est)\b"
+    r"|\bmein(?:e)? (?:sohn|tochter|mann|frau) (?:ist|hat)\b|\b(?:meu|minha) (?:filh[oa]|marido|esposa|mulher) (?:tem|e|esta)\b"
+    r"|\b(?:мой|моя) (?:сын|дочь|муж|жена)\b|我(?:儿子|女儿|老公|老婆|妻子|丈夫)",
 )
 # Words of a standing instruction or an update, not a one-off task: like memory words, the
 # intent gate's classifier never skips them ("今後、見積もりは全部税込表示でお願いします",
@@ -169,13 +177,12 @@ STANDING = (
     r"|dorenavant|a l'avenir|ab (?:jetzt|sofort)|kunftig|zukunftig|de agora em diante|daqui (?:pra|para) frente)\b"
     r"|今後|以後|次から|今度から",
     r"(?:^|\n)(?:update|aggiorna|aggiornamento|actualiza|actualizacion|mise a jour|aktualisierung|atualiza"
-    r"|atualizacao|обновление|обнови|更新|アップデート) ?:",
+    r"|atualizacao|обновление|обнови|更新|アップデート)(?: \w+)? ?:",  # "actualiza eso: entreno a las 7"
 )
 # Words of a change: a fact about the user that is new, or no longer true.
 CHANGE_WORDS = (
     r"\b(?:now|anymore|any more|no longer|btw|fyi|actually|moved|switched|changed|new|since)\b",
     *LIFE_EVENTS,
-    r"(?:^|\n)\w+(?: \w+)? here\b",  # "vegan here, what can I cook?"
     *STANDING,
     r"现在|已经|不再|刚|最近|搬|换了|新的|了[，,]",
     r"теперь|больше не|уже не|нов\w+|сеичас|переех|бросил",

@@ -27,6 +27,7 @@ from kvmem.intent import (
     model_may_read,
     normalize,
 )
+from kvmem.intent_cues import cues
 from kvmem.small_talk import MAX_SMALL_TALK_CHARS
 from tests.bench import train_gate
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, set_memory, wait_agents_idle
@@ -74,16 +75,16 @@ TRAINED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout20.jsonl", 0.95, 0.73),
     (Path(__file__).parent / "data" / "intent_heldout21.jsonl", 0.97, 0.88),
     (Path(__file__).parent / "data" / "intent_heldout22.jsonl", 0.95, 0.70),
+    # Rounds 23-25, measured once on the classifier trained through round 22 (explicit /
+    # implicit / chit-chat skipped: 100 / 92.9 / 89.4 %, 98.6 / 91.4 / 77.5 %, 100 / 94.3 /
+    # 67.5 %), training data since.
+    (Path(__file__).parent / "data" / "intent_heldout23.jsonl", 0.97, 0.92),
+    (Path(__file__).parent / "data" / "intent_heldout24.jsonl", 0.95, 0.90),
+    (Path(__file__).parent / "data" / "intent_heldout25.jsonl", 0.92, 0.83),
 )
-# Rounds 23-25, written blind after the shipped gate's design was fixed and measured once on it
-# (explicit / implicit / chit-chat skipped: 100 / 92.9 / 89.4 %, 98.6 / 91.4 / 77.5 % and
-# 100 / 94.3 / 67.5 %), are neither tuning nor training data yet: asserted at those numbers
-# less a margin.
-MEASURED_ROUNDS = (
-    (Path(__file__).parent / "data" / "intent_heldout23.jsonl", 0.90, 0.86),
-    (Path(__file__).parent / "data" / "intent_heldout24.jsonl", 0.88, 0.74),
-    (Path(__file__).parent / "data" / "intent_heldout25.jsonl", 0.91, 0.64),
-)
+# Rounds measured once on the shipped gate and neither tuning nor training data yet: asserted
+# at those numbers less a margin.
+MEASURED_ROUNDS: tuple[tuple[Path, float, float], ...] = ()
 # The explicit requests a round's gate still misses, by design or not yet: round 13's
 # "Por favor escreva em português de Portugal, não do Brasil" reads as a task for this answer;
 # round 24's "всегда пиши цены в лари, ок?" ("always give prices in lari") as a task too.
@@ -319,6 +320,27 @@ def test_a_tuning_round_keeps_the_numbers_reached(path, implicit_floor, skip_flo
 # --- the classifier ---------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("what can I cook tonight?", {"c:now", "c:task", "c:question", "len:s"}),
+        ("cosa cucino stasera", {"c:now", "c:task", "len:xs"}),
+        ("今晚吃什么", {"c:now", "len:xs"}),
+        ("I always take my coffee black", {"c:lasting", "len:s"}),
+        ("私はいつも朝ごはんを食べない", {"c:lasting", "len:xs"}),
+        ("un cliente mi ha scritto questo, come rispondo?", {"c:other", "c:question", "len:s"}),
+        ("Клиент пишет: товар не пришёл", {"c:other", "len:s"}),
+        ("ok", {"len:xs"}),
+        ("x" * 500, {"len:xl"}),
+    ],
+)
+def test_the_classifier_reads_the_same_cue_in_every_language(text, expected):
+    """A moment, a habit, someone else, a task: one feature each whatever the language, so
+    what the model learns of one language's words counts for the others."""
+    assert cues(normalize(text)) == expected
+    assert expected <= intent_model.feature_set(normalize(text))
+
+
 def all_labelled_texts() -> list[str]:
     texts = [m.text for m in load_corpus()]
     for path in sorted((Path(__file__).parent / "data").glob("intent_*.jsonl")):
@@ -337,7 +359,7 @@ def test_the_model_loads_once_and_scores_every_labelled_message():
     assert 0 < model.threshold < 1
     assert model.training["seed"] == train_gate.SEED
     path = Path(intent_model.__file__).with_name(intent_model.MODEL_FILE)
-    assert path.stat().st_size < 3_000_000  # 2.7 MB trained on rounds 3-22
+    assert path.stat().st_size < 3_000_000  # 2.8 MB trained on rounds 3-25
     texts = [normalize(t) for t in all_labelled_texts()]
     assert all(0 <= model.probability(text) <= 1 for text in texts)
 

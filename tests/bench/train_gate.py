@@ -47,7 +47,7 @@ BASE_FILES = (
     "intent_training_a",
     "intent_training_b",
 )
-ROUNDS = tuple(range(3, 23))
+ROUNDS = tuple(range(3, 26))
 
 SEED = 20250611
 EPOCHS = 12
