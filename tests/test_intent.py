@@ -82,9 +82,15 @@ TRAINED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout24.jsonl", 0.95, 0.90),
     (Path(__file__).parent / "data" / "intent_heldout25.jsonl", 0.92, 0.83),
 )
-# Rounds measured once on the shipped gate and neither tuning nor training data yet: asserted
-# at those numbers less a margin.
-MEASURED_ROUNDS: tuple[tuple[Path, float, float], ...] = ()
+# Rounds 26-28, written blind before the shipped gate's design (cues) was fixed and measured
+# once on it (explicit / implicit / chit-chat skipped: 100 / 98.6 / 88.1 %, 100 / 87.1 /
+# 91.2 %, 100 / 90.0 / 78.8 %), are neither tuning nor training data yet: asserted at those
+# numbers less a margin.
+MEASURED_ROUNDS = (
+    (Path(__file__).parent / "data" / "intent_heldout26.jsonl", 0.95, 0.85),
+    (Path(__file__).parent / "data" / "intent_heldout27.jsonl", 0.84, 0.88),
+    (Path(__file__).parent / "data" / "intent_heldout28.jsonl", 0.87, 0.75),
+)
 # The explicit requests a round's gate still misses, by design or not yet: round 13's
 # "Por favor escreva em português de Portugal, não do Brasil" reads as a task for this answer;
 # round 24's "всегда пиши цены в лари, ок?" ("always give prices in lari") as a task too.
@@ -125,8 +131,40 @@ ROUNDS_WRITTEN = tuple(
             300,
             300,
             300,
+            300,
+            300,
+            300,
         ),
-        (0, 0, 0, 1, 1, 0, 11, 12, 12, 0, 0, 4, 2, 6, 5, 13, 10, 4, 8, 15, 16, 26, 24, 16, 9),
+        (
+            0,
+            0,
+            0,
+            1,
+            1,
+            0,
+            11,
+            12,
+            12,
+            0,
+            0,
+            4,
+            2,
+            6,
+            5,
+            13,
+            10,
+            4,
+            8,
+            15,
+            16,
+            26,
+            24,
+            16,
+            9,
+            23,
+            20,
+            16,
+        ),
         strict=True,
     )
 )
