@@ -82,7 +82,8 @@ TRAINED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout24.jsonl", 0.95, 0.90),
     (Path(__file__).parent / "data" / "intent_heldout25.jsonl", 0.92, 0.83),
 )
-# Rounds 26-28, written blind before the shipped gate's design (cues) was fixed and measured
+# Rounds 26-28, written blind before the shipped gate's design (cues) was fixed, unread until it
+# was, and measured
 # once on it (explicit / implicit / chit-chat skipped: 100 / 98.6 / 88.1 %, 100 / 87.1 /
 # 91.2 %, 100 / 90.0 / 78.8 %), are neither tuning nor training data yet: asserted at those
 # numbers less a margin.
@@ -90,6 +91,12 @@ MEASURED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout26.jsonl", 0.95, 0.85),
     (Path(__file__).parent / "data" / "intent_heldout27.jsonl", 0.84, 0.88),
     (Path(__file__).parent / "data" / "intent_heldout28.jsonl", 0.87, 0.75),
+    # Rounds 29-31, written blind after the shipped gate and measured once on it: 100 / 100 /
+    # 85.0 %, 100 / 95.7 / 83.1 %, 100 / 94.3 / 78.1 %. Rounds 26-31 together: explicit 100 %
+    # (420/420), implicit 94.3 % (396/420), chit-chat skipped 84.1 % (807/960).
+    (Path(__file__).parent / "data" / "intent_heldout29.jsonl", 0.97, 0.82),
+    (Path(__file__).parent / "data" / "intent_heldout30.jsonl", 0.92, 0.80),
+    (Path(__file__).parent / "data" / "intent_heldout31.jsonl", 0.91, 0.75),
 )
 # The explicit requests a round's gate still misses, by design or not yet: round 13's
 # "Por favor escreva em português de Portugal, não do Brasil" reads as a task for this answer;
@@ -113,6 +120,9 @@ ROUNDS_WRITTEN = tuple(
             250,
             265,
             270,
+            300,
+            300,
+            300,
             300,
             300,
             300,
@@ -164,6 +174,9 @@ ROUNDS_WRITTEN = tuple(
             23,
             20,
             16,
+            18,
+            23,
+            30,
         ),
         strict=True,
     )
