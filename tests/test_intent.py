@@ -92,11 +92,16 @@ MEASURED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout27.jsonl", 0.84, 0.88),
     (Path(__file__).parent / "data" / "intent_heldout28.jsonl", 0.87, 0.75),
     # Rounds 29-31, written blind after the shipped gate and measured once on it: 100 / 100 /
-    # 85.0 %, 100 / 95.7 / 83.1 %, 100 / 94.3 / 78.1 %. Rounds 26-31 together: explicit 100 %
-    # (420/420), implicit 94.3 % (396/420), chit-chat skipped 84.1 % (807/960).
+    # 85.0 %, 100 / 95.7 / 83.1 %, 100 / 94.3 / 78.1 %.
     (Path(__file__).parent / "data" / "intent_heldout29.jsonl", 0.97, 0.82),
     (Path(__file__).parent / "data" / "intent_heldout30.jsonl", 0.92, 0.80),
     (Path(__file__).parent / "data" / "intent_heldout31.jsonl", 0.91, 0.75),
+    # Rounds 32-34, the same: 100 / 94.3 / 81.9 %, 100 / 91.4 / 78.1 %, 100 / 95.7 / 87.5 %.
+    # Rounds 26-34 together: explicit 100 % (630/630), implicit 94.1 % (593/630), chit-chat
+    # skipped 83.5 % (1,203/1,440).
+    (Path(__file__).parent / "data" / "intent_heldout32.jsonl", 0.91, 0.78),
+    (Path(__file__).parent / "data" / "intent_heldout33.jsonl", 0.88, 0.75),
+    (Path(__file__).parent / "data" / "intent_heldout34.jsonl", 0.92, 0.84),
 )
 # The explicit requests a round's gate still misses, by design or not yet: round 13's
 # "Por favor escreva em português de Portugal, não do Brasil" reads as a task for this answer;
@@ -120,6 +125,9 @@ ROUNDS_WRITTEN = tuple(
             250,
             265,
             270,
+            300,
+            300,
+            300,
             300,
             300,
             300,
@@ -177,6 +185,9 @@ ROUNDS_WRITTEN = tuple(
             18,
             23,
             30,
+            20,
+            30,
+            23,
         ),
         strict=True,
     )
