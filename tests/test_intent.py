@@ -83,10 +83,9 @@ TRAINED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout25.jsonl", 0.92, 0.83),
 )
 # Rounds 26-28, written blind before the shipped gate's design (cues) was fixed, unread until it
-# was, and measured
-# once on it (explicit / implicit / chit-chat skipped: 100 / 98.6 / 88.1 %, 100 / 87.1 /
-# 91.2 %, 100 / 90.0 / 78.8 %), are neither tuning nor training data yet: asserted at those
-# numbers less a margin.
+# was, and measured once on it (explicit / implicit / chit-chat skipped: 100 / 98.6 / 88.1 %,
+# 100 / 87.1 / 91.2 %, 100 / 90.0 / 78.8 %), are neither tuning nor training data yet:
+# asserted at those numbers less a margin.
 MEASURED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout26.jsonl", 0.95, 0.85),
     (Path(__file__).parent / "data" / "intent_heldout27.jsonl", 0.84, 0.88),
@@ -110,6 +109,9 @@ EXPLICIT_MISSED = {"intent_heldout13": 1, "intent_heldout14": 1, "intent_heldout
 # Every held-out round in the order written: (round, least size, most texts repeated from the
 # corpus, the tuning file or an earlier round). Later authors repeat some short chit-chat
 # ("ciao!", "mdr", "草") and a few longer messages; docs/agent.md counts them.
+# Texts repeated from earlier rounds, rounds 1-19 and 20 on.
+_REPEATS_TO_19 = (0, 0, 0, 1, 1, 0, 11, 12, 12, 0, 0, 4, 2, 6, 5, 13, 10, 4, 8)
+_REPEATS_FROM_20 = (15, 16, 26, 24, 16, 9, 23, 20, 16, 18, 23, 30, 20, 30, 23)
 ROUNDS_WRITTEN = tuple(
     zip(
         (
@@ -117,78 +119,8 @@ ROUNDS_WRITTEN = tuple(
             *TUNING_ROUNDS,
             *(path for path, _, _ in (*TRAINED_ROUNDS, *MEASURED_ROUNDS)),
         ),
-        (
-            250,
-            120,
-            240,
-            240,
-            250,
-            265,
-            270,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-            300,
-        ),
-        (
-            0,
-            0,
-            0,
-            1,
-            1,
-            0,
-            11,
-            12,
-            12,
-            0,
-            0,
-            4,
-            2,
-            6,
-            5,
-            13,
-            10,
-            4,
-            8,
-            15,
-            16,
-            26,
-            24,
-            16,
-            9,
-            23,
-            20,
-            16,
-            18,
-            23,
-            30,
-            20,
-            30,
-            23,
-        ),
+        (250, 120, 240, 240, 250, 265, 270, *(300,) * 27),  # rounds 8 on: 300 each
+        (*_REPEATS_TO_19, *_REPEATS_FROM_20),
         strict=True,
     )
 )
@@ -478,6 +410,9 @@ def test_chit_chat_with_a_memory_word_passes(text):
         "我住在上海",
         "Я работаю врачом",
         "Trabajo como profesora",
+        # first-person plural verbs, with no pronoun
+        "abbiamo un labrador di 4 anni, strutture pet friendly in Puglia?",
+        "Tenemos dos perros, ¿qué playa en Valencia los admite?",
     ],
 )
 def test_first_person_facts_pass_the_classifier(text):
@@ -606,6 +541,7 @@ def test_anything_not_recognised_as_small_talk_passes(text):
         # standing instructions and updates (round 20)
         "今後、見積もりは全部税込表示でお願いします",
         "aggiorna: il negozio ora chiude alle 19:30 non alle 20",
+        "Actualiza eso: entreno a las 7 de la mañana de lunes a viernes",
         "from now on keep your answers under 100 words",
         # an adoption, one's name
         "On a adopté un lapin nain, il peut manger des carottes ?",

@@ -185,6 +185,10 @@ def choose_settings(examples: Sequence[Example], rounds: Sequence[int]) -> Setti
     """The inner rule (module docstring), by leave-one-round-out over `rounds`: for each
     weight of the hard messages, the highest threshold that loses no more than allowed; then
     the weight that skips the most chit-chat at its threshold (the first, on a tie)."""
+    total = {
+        label: sum(e.label == label and e.round in rounds for e in examples)
+        for label in ("implicit", "explicit")
+    }
     best: tuple[int, Settings] | None = None
     for hard_weight in HARD_WEIGHTS:
         scored: list[tuple[Example, float]] = []
@@ -194,10 +198,6 @@ def choose_settings(examples: Sequence[Example], rounds: Sequence[int]) -> Setti
                 if e.round == held and e.unrecognised:
                     eligible = model_may_read(e.normalized)
                     scored.append((e, model.probability(e.normalized) if eligible else 1.0))
-        total = {
-            label: sum(e.label == label and e.round in rounds for e in examples)
-            for label in ("implicit", "explicit")
-        }
         threshold = 0.0
         for candidate in THRESHOLDS:
             lost = {"implicit": 0, "explicit": 0}
