@@ -64,7 +64,7 @@ class ServerConfig(Section):
     # deadlines) may take to finish before they are cut off.
     drain_seconds: float = Field(10, ge=0)
     # The names a request's Host header may carry (any port); "*" allows any. Unset: the
-    # loopback names and `host` in `local` mode, any name in `keys` mode (site_guard.py).
+    # loopback names and `host` in `local` mode, any name in `keys` mode (server/site_guard.py).
     allowed_hosts: list[str] | None = None
     # Origins of other sites whose pages may send writes (`https://chat.example.com`).
     allowed_origins: list[str] = Field(default_factory=list)
@@ -121,7 +121,7 @@ class DatabaseConfig(Section):
             make_url(url)
         except ArgumentError as exc:
             raise ValueError(
-                "expected a SQLAlchemy database URL such as sqlite:///kvmem.db or "
+                "expected a SQLAlchemy database URL such as sqlite:///kvmem.db.engine or "
                 "postgresql+psycopg://user:password@host:5432/kvmem"
             ) from exc
         return url
@@ -218,7 +218,7 @@ class AgentConfig(Section):
     mode: Literal["tools", "json"] = "tools"
     # `separate`: the second model call above. `inline`: no second call; the main model is
     # told to end its reply with [MEMORY: key = value] / [FORGET: key] markers, which kvmem
-    # cuts out of the reply and applies (kvmem/markers.py); provider and model are not needed.
+    # cuts out of the reply and applies (kvmem/agent/markers.py); provider and model are not needed.
     placement: Literal["separate", "inline"] = "separate"
 
     @field_validator("trigger_phrases")
@@ -251,7 +251,7 @@ class MemoryConfig(Section):
     message_window_size: int = Field(5, alias="messageWindowSize", gt=0)
     agent: AgentConfig | None = None
     history: HistoryConfig = HistoryConfig()
-    # Whether the agent's writes wait for the person's "keep" (`kvmem.proposals`): `off`
+    # Whether the agent's writes wait for the person's "keep" (`kvmem.memory.proposals`): `off`
     # (LibreChat's behaviour), `on` for everyone, or `per_user` (PATCH /preferences).
     review: Literal["off", "on", "per_user"] = "off"
 

@@ -5,7 +5,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import create_engine
 
-from kvmem.tables import Base
+from kvmem.db.tables import Base
 
 config = context.config
 # kvmem builds its Alembic config in code; there is only a file to read when someone runs

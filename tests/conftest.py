@@ -13,13 +13,13 @@ from starlette.testclient import TestClient
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from kvmem.app import create_app  # noqa: E402
 from kvmem.config import Config  # noqa: E402
-from kvmem.db import Database  # noqa: E402
-from kvmem.http_protocol import uvicorn_options  # noqa: E402
-from kvmem.migrate import ensure_current, upgrade  # noqa: E402
-from kvmem.rules import MemoryRules  # noqa: E402
-from kvmem.store import MemoryStore  # noqa: E402
+from kvmem.db.engine import Database  # noqa: E402
+from kvmem.db.migrate import ensure_current, upgrade  # noqa: E402
+from kvmem.memory.rules import MemoryRules  # noqa: E402
+from kvmem.memory.store import MemoryStore  # noqa: E402
+from kvmem.server.app import create_app  # noqa: E402
+from kvmem.server.http_protocol import uvicorn_options  # noqa: E402
 from kvmem.tokens import TokenCounter  # noqa: E402
 from tests.support.apps import AGENT_MODEL, LOCAL_URL, MAIN_MODEL, LiveServer  # noqa: E402
 from tests.support.pg import POSTGRES_ENV  # noqa: E402

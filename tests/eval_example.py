@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kvmem.eval_suite import builtin_suite
+from kvmem.eval.suite import builtin_suite
 from tests.support.eval_agents import eager_agent
 from tests.support.upstream import ScriptedUpstream
 

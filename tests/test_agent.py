@@ -18,10 +18,10 @@ import pytest
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.pool import NullPool
 
-from kvmem.agent_run import AgentRun, DeadlinePassed
-from kvmem.db import Database
+from kvmem.agent.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
+from kvmem.agent.run import AgentRun, DeadlinePassed
+from kvmem.db.engine import Database
 from kvmem.entries import Entry
-from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
 from tests.support.apps import (
     AGENT_MODEL,
     MAIN_MODEL,

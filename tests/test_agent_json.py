@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from kvmem.agent_json import (
+from kvmem.agent.json_mode import (
     JSON_MODE_INSTRUCTIONS,
     DeleteOperation,
     InvalidAnswer,
     SetOperation,
     parse_answer,
 )
+from kvmem.agent.prompts import DEFAULT_AGENT_INSTRUCTIONS
 from kvmem.config_loader import load_config
 from kvmem.errors import ConfigError
-from kvmem.prompts import DEFAULT_AGENT_INSTRUCTIONS
 from tests.support.apps import AGENT_MODEL, outcomes, services, wait_agents_idle
 from tests.support.matchers import entry
 from tests.support.upstream import Reply

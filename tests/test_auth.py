@@ -9,12 +9,12 @@ import pytest
 from starlette.testclient import TestClient
 
 from kvmem import __version__
-from kvmem.auth import Authenticator, check_user_id
 from kvmem.config import AuthConfig
-from kvmem.credentials import SECRET_PREFIX, KeyStore, hash_secret
-from kvmem.db import Database
+from kvmem.db.engine import Database
 from kvmem.errors import BadRequest, NotFound
-from kvmem.store import MemoryStore
+from kvmem.memory.store import MemoryStore
+from kvmem.server.auth import Authenticator, check_user_id
+from kvmem.server.credentials import SECRET_PREFIX, KeyStore, hash_secret
 from tests.support.matchers import ISO_TIME, entry
 
 MakeClient = Callable[..., TestClient]

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from kvmem.credentials import KeyStore
-from kvmem.db import Database
+from kvmem.db.engine import Database
 from kvmem.errors import InvalidKey, MemoryFull
-from kvmem.store import MemoryStore
+from kvmem.memory.store import MemoryStore
+from kvmem.server.credentials import KeyStore
 from kvmem.tokens import TokenCounter
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, LiveServer, wait_agents_idle
 from tests.support.upstream import Reply

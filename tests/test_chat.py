@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from kvmem.prompts import BLOCK_PREAMBLE
+from kvmem.agent.prompts import BLOCK_PREAMBLE
 from tests.support.apps import (
     AGENT_MODEL,
     MAIN_MODEL,

@@ -18,14 +18,14 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from kvmem.app import create_app
 from kvmem.config_loader import load_config
-from kvmem.credentials import KeyStore
-from kvmem.db import Database
-from kvmem.migrate import HEAD, ensure_current
-from kvmem.proposals import ProposalStore
-from kvmem.rules import MemoryRules
-from kvmem.store import MemoryStore
+from kvmem.db.engine import Database
+from kvmem.db.migrate import HEAD, ensure_current
+from kvmem.memory.proposals import ProposalStore
+from kvmem.memory.rules import MemoryRules
+from kvmem.memory.store import MemoryStore
+from kvmem.server.app import create_app
+from kvmem.server.credentials import KeyStore
 from kvmem.tokens import TokenCounter
 from tests.support.cli import invoke, invoke_all
 from tests.support.matchers import ISO_TIME, entry
@@ -677,7 +677,7 @@ def test_a_served_app_freezes_what_start_up_made_once_its_loads_end(
     script = (
         "import gc, threading\n"
         "from starlette.testclient import TestClient\n"
-        "from kvmem.app import create_app\n"
+        "from kvmem.server.app import create_app\n"
         "from kvmem.config import Config\n"
         "config = Config.model_validate({'database': {'url': %r}, 'chat': %r})\n"
         "for freeze in (False, True):\n"

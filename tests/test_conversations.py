@@ -7,7 +7,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from kvmem.tables import Conversation, Message
+from kvmem.db.tables import Conversation, Message
 from tests.support.apps import MAIN_MODEL, Containing, sse_events
 from tests.support.matchers import ISO_TIME
 from tests.support.upstream import Reply

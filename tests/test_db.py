@@ -1,11 +1,11 @@
-"""`kvmem.db.WriterTurn`: SQLite's writers of one process take turns, and a background writer
+"""`kvmem.db.engine.WriterTurn`: SQLite's writers of one process take turns, and a background writer
 (the history sweep) goes after every request's writer that is waiting."""
 
 from __future__ import annotations
 
 import threading
 
-from kvmem.db import WriterTurn
+from kvmem.db.engine import WriterTurn
 from tests.support.apps import wait_until
 
 

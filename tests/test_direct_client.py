@@ -1,4 +1,4 @@
-"""The direct path (kvmem/direct_client.py) and how model_client.py chooses it: fidelity (every
+"""The direct path (kvmem/upstream/direct_client.py) and how model_client.py chooses it: fidelity (every
 field the upstream sends reaches the client, byte for byte), no redirects followed, the size
 cap, no key in errors, and litellm left unimported when no target needs it."""
 
@@ -21,7 +21,8 @@ from pydantic import ValidationError
 from starlette.testclient import TestClient
 
 from kvmem.config import Config
-from kvmem.model_client import (
+from kvmem.upstream.base import Target
+from kvmem.upstream.model_client import (
     ModelClient,
     agent_target,
     chat_target,
@@ -29,7 +30,6 @@ from kvmem.model_client import (
     token_prices,
     uses_litellm,
 )
-from kvmem.upstream import Target
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, sse_events
 from tests.support.processes import WATCH_LITELLM_IMPORTS
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -211,7 +211,7 @@ def test_a_redirect_is_not_followed(client: TestClient, upstream: Any) -> None:
 @pytest.fixture
 def small_cap(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     """A 2 KiB response cap instead of 64 MiB (the same code path, without 64 MiB of test data)."""
-    monkeypatch.setattr("kvmem.direct_client.MAX_RESPONSE_BYTES", 2048)
+    monkeypatch.setattr("kvmem.upstream.direct_client.MAX_RESPONSE_BYTES", 2048)
     yield 2048
 
 
@@ -359,7 +359,7 @@ def test_a_direct_only_server_never_imports_litellm(database: Any, database_url:
     script = (
         "import sys\n"
         "from starlette.testclient import TestClient\n"
-        "from kvmem.app import create_app\n"
+        "from kvmem.server.app import create_app\n"
         "from kvmem.config import Config\n"
         "config = Config.model_validate({'database': {'url': %r},\n"
         "    'chat': {'model': 'openai/m', 'api_base': 'http://127.0.0.1:1/v1'},\n"
@@ -382,7 +382,7 @@ def test_litellm_is_imported_beside_start_up_not_before_it() -> None:
     config starts no such thread."""
     script = WATCH_LITELLM_IMPORTS + (
         "from kvmem.config import Config\n"
-        "from kvmem.model_client import ModelClient\n"
+        "from kvmem.upstream.model_client import ModelClient\n"
         "direct = ModelClient.from_config(Config.model_validate(\n"
         "    {'chat': {'model': 'openai/m', 'api_base': 'http://127.0.0.1:1/v1'}}))\n"
         "assert direct.preloading is None and Watch.seen == []\n"
@@ -544,7 +544,7 @@ def test_one_tls_context_per_process_for_the_same_certificate_settings(
     CPU each time); SSL_CERT_FILE still chooses the certificates, as httpx's would."""
     import certifi
 
-    from kvmem.direct_client import tls_context
+    from kvmem.upstream.direct_client import tls_context
 
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)

@@ -20,12 +20,12 @@ import pytest
 import yaml
 from starlette.routing import Route
 
-from kvmem.app import create_app
 from kvmem.cli import main
 from kvmem.config import Config
 from kvmem.config_loader import load_config
 from kvmem.errors import ConfigError
-from kvmem.eval_suite import load_suite
+from kvmem.eval.suite import load_suite
+from kvmem.server.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

@@ -1,4 +1,4 @@
-"""SQLite's writes on the bare sqlite3 connection (`kvmem.driver_connection`): the same
+"""SQLite's writes on the bare sqlite3 connection (`kvmem.db.driver_connection`): the same
 statements store and read back exactly what they do through SQLAlchemy, fail with the same
 exception classes, and `Database.writing_prebuilt` commits or rolls back as a whole."""
 
@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from kvmem.db import Database
-from kvmem.driver_connection import DriverConnection
-from kvmem.tables import MemoryEntry, User
+from kvmem.db.driver_connection import DriverConnection
+from kvmem.db.engine import Database
+from kvmem.db.tables import MemoryEntry, User
 
 pytestmark = pytest.mark.sqlite_only  # PostgreSQL's writes stay on SQLAlchemy's connection
 

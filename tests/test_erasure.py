@@ -17,9 +17,8 @@ import pytest
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
-from kvmem.db import Database
-from kvmem.store import MemoryStore
-from kvmem.tables import (
+from kvmem.db.engine import Database
+from kvmem.db.tables import (
     AgentRunRecord,
     MemoryChange,
     MemoryEntry,
@@ -27,6 +26,7 @@ from kvmem.tables import (
     User,
     UserErasure,
 )
+from kvmem.memory.store import MemoryStore
 from tests.support.apps import AGENT_MODEL, set_memory, wait_agents_idle
 from tests.support.upstream import Reply
 

@@ -115,7 +115,7 @@ class ExplodingClient:
 
 @pytest.fixture
 def exploding(make_config: Callable[..., Any], database: Any, tokens: Any) -> Iterator[TestClient]:
-    from kvmem.app import create_app
+    from kvmem.server.app import create_app
 
     config = make_config(chat={"model": f"openai/{MAIN_MODEL}"})
     app = create_app(config, database=database, tokens=tokens, client=ExplodingClient())  # type: ignore[arg-type]

@@ -18,17 +18,8 @@ import anyio
 import pytest
 from click.testing import CliRunner, Result
 
-from kvmem.agent_json import JSON_MODE_INSTRUCTIONS
-from kvmem.agent_run import MemoryUpdate
-from kvmem.agent_tools import tool_definitions
-from kvmem.cli import main
-from kvmem.config import Config
-from kvmem.entries import Entry
-from kvmem.eval_report import evaluation_json, evaluation_text
-from kvmem.eval_suite import CATEGORIES, Expectation, Suite, builtin_suite, load_suite
-from kvmem.evaluation import Evaluation, ScenarioResult, eval_config
-from kvmem.model_client import token_prices
-from kvmem.prompts import (
+from kvmem.agent.json_mode import JSON_MODE_INSTRUCTIONS
+from kvmem.agent.prompts import (
     DEFAULT_AGENT_INSTRUCTIONS,
     ChatLine,
     render_agent_input,
@@ -36,7 +27,16 @@ from kvmem.prompts import (
     render_memory_block,
     with_marker_instructions,
 )
+from kvmem.agent.run import MemoryUpdate
+from kvmem.agent.tools import tool_definitions
+from kvmem.cli import main
+from kvmem.config import Config
+from kvmem.entries import Entry
+from kvmem.eval.report import evaluation_json, evaluation_text
+from kvmem.eval.run import Evaluation, ScenarioResult, eval_config
+from kvmem.eval.suite import CATEGORIES, Expectation, Suite, builtin_suite, load_suite
 from kvmem.tokens import TokenCounter
+from kvmem.upstream.model_client import token_prices
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, Containing, set_memory
 from tests.support.eval_agents import (
     PLANTED,
@@ -162,10 +162,10 @@ def test_the_suite_is_package_data() -> None:
         (Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8")
     )
     shipped = pyproject["tool"]["setuptools"]["package-data"]["kvmem"]
-    assert {"eval/*.yaml", "intent_model.json"} <= set(shipped)
+    assert {"eval/*.yaml", "intent/model.json"} <= set(shipped)
     package = Path(__file__).parents[1] / "kvmem"
     assert [p.name for p in package.glob("eval/*.yaml")] == ["suite.yaml"]
-    assert (package / "intent_model.json").is_file()
+    assert (package / "intent" / "model.json").is_file()
 
 
 # --- scoring the real agent path --------------------------------------------------------

@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import event
 from starlette.testclient import TestClient
 
-from kvmem.app import create_app
 from kvmem.config import Config
-from kvmem.db import Database
+from kvmem.db.engine import Database
+from kvmem.server.app import create_app
 from kvmem.tokens import TokenCounter
 from tests.support.apps import (
     AGENT_MODEL,

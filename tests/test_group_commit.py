@@ -1,5 +1,5 @@
 """Group commit on SQLite: writes queued together share one transaction, each with its own
-checks, history row, version bump and result (`kvmem.group_commit`)."""
+checks, history row, version bump and result (`kvmem.memory.group_commit`)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from sqlalchemy.exc import IntegrityError
 from starlette.testclient import TestClient
 
 from kvmem.config import Config
-from kvmem.db import Database
+from kvmem.db.engine import Database
+from kvmem.db.tables import User
 from kvmem.entries import Written
 from kvmem.errors import InvalidKey, MemoryFull
-from kvmem.rules import MemoryRules
-from kvmem.store import MemoryStore
-from kvmem.tables import User
+from kvmem.memory.rules import MemoryRules
+from kvmem.memory.store import MemoryStore
 from kvmem.tokens import TokenCounter
 
 pytestmark = pytest.mark.sqlite_only  # group commit is SQLite's; PostgreSQL commits each write

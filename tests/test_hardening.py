@@ -18,8 +18,8 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from kvmem.credentials import KeyStore
-from kvmem.db import Database
+from kvmem.db.engine import Database
+from kvmem.server.credentials import KeyStore
 from tests.support.apps import (
     AGENT_MODEL,
     MAIN_MODEL,

@@ -14,11 +14,8 @@ from sqlalchemy import func, insert, select
 from starlette.testclient import TestClient
 
 from kvmem.config_loader import load_config
-from kvmem.credentials import KeyStore
-from kvmem.db import Database
-from kvmem.entries import utcnow
-from kvmem.errors import ConfigError
-from kvmem.tables import (
+from kvmem.db.engine import Database
+from kvmem.db.tables import (
     AgentRunRecord,
     Base,
     Conversation,
@@ -27,6 +24,9 @@ from kvmem.tables import (
     Message,
     UserSession,
 )
+from kvmem.entries import utcnow
+from kvmem.errors import ConfigError
+from kvmem.server.credentials import KeyStore
 from tests.support.apps import (
     AGENT_MODEL,
     MAIN_MODEL,

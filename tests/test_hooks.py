@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from kvmem.app import create_app
-from kvmem.prompts import BLOCK_PREAMBLE
+from kvmem.agent.prompts import BLOCK_PREAMBLE
+from kvmem.server.app import create_app
 from tests.support.apps import (
     AGENT_MODEL,
     LOCAL_URL,

@@ -13,15 +13,15 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from kvmem.agent import MemoryAgent
-from kvmem.agent_run import AgentRun
+from kvmem.agent.markers import Marker
+from kvmem.agent.memory_agent import MemoryAgent
+from kvmem.agent.prompts import BLOCK_PREAMBLE, render_marker_instructions
+from kvmem.agent.run import AgentRun
+from kvmem.chat.main_call import MainCall
 from kvmem.config import Config
-from kvmem.main_call import MainCall
-from kvmem.markers import Marker
-from kvmem.prompts import BLOCK_PREAMBLE, render_marker_instructions
-from kvmem.rules import MemoryRules
-from kvmem.store import MemoryStore
-from kvmem.upstream import Target
+from kvmem.memory.rules import MemoryRules
+from kvmem.memory.store import MemoryStore
+from kvmem.upstream.base import Target
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, sse_events
 from tests.support.matchers import ISO_TIME
 from tests.support.upstream import Reply

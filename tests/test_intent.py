@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from kvmem import intent_model
 from kvmem.config_loader import load_config
 from kvmem.errors import ConfigError
-from kvmem.intent import (
+from kvmem.intent import model as intent_model
+from kvmem.intent.cues import cues
+from kvmem.intent.gate import (
     LANGUAGES,
     MAX_SCANNED_CHARS,
     UNRECOGNISED,
@@ -27,8 +28,7 @@ from kvmem.intent import (
     model_may_read,
     normalize,
 )
-from kvmem.intent_cues import cues
-from kvmem.small_talk import MAX_SMALL_TALK_CHARS
+from kvmem.intent.small_talk import MAX_SMALL_TALK_CHARS
 from tests.bench import train_gate
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, set_memory, wait_agents_idle
 from tests.support.matchers import entry
@@ -50,7 +50,7 @@ TUNING_ROUNDS = tuple(
 # Rounds 6 and 7, measured once on the rules (chit-chat skipped 30.9 / 69.1 %), and rounds 8
 # 9, 10-11, 12-13 and 14-15, measured once on the rules and the classifier as then trained (78.1 /
 # 74.4 / 61.9 / 62.5 / 63.8 / 68.8 / 78.8 / 56.9 %), are training data of the classifier now
-# (kvmem/intent_model.py): (round, implicit, chit-chat skipped) asserted at the numbers reached
+# (kvmem/intent/model.py): (round, implicit, chit-chat skipped) asserted at the numbers reached
 # less a margin.
 TRAINED_ROUNDS = (
     (Path(__file__).parent / "data" / "intent_heldout6.jsonl", 0.92, 0.60),

@@ -26,7 +26,7 @@ from sqlalchemy import text
 from starlette.testclient import TestClient
 
 from kvmem.config import Config
-from kvmem.db import Database
+from kvmem.db.engine import Database
 from kvmem.errors import (
     BadRequest,
     EmptyValue,
@@ -37,8 +37,8 @@ from kvmem.errors import (
     NotFound,
     ValueTooLong,
 )
-from kvmem.rules import MemoryRules
-from kvmem.store import MemoryStore
+from kvmem.memory.rules import MemoryRules
+from kvmem.memory.store import MemoryStore
 from kvmem.tokens import TokenCounter
 
 # Property tests over many random operations.

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from kvmem.chat.main_call import MainCall, MainStream
 from kvmem.errors import KvmemError, UpstreamError
-from kvmem.main_call import MainCall, MainStream
-from kvmem.upstream import Target
+from kvmem.upstream.base import Target
 
 
 class FakeMemory:

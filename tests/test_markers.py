@@ -1,4 +1,4 @@
-"""The marker filter (kvmem/markers.py): markers never leak, look-alikes pass unchanged, at
+"""The marker filter (kvmem/agent/markers.py): markers never leak, look-alikes pass unchanged, at
 any chunk boundaries."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvmem.markers import Marker, MarkerFilter, marker_limit, strip_markers
+from kvmem.agent.markers import Marker, MarkerFilter, marker_limit, strip_markers
 
 LIMIT = marker_limit(200)
 

@@ -20,11 +20,11 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from kvmem.credentials import KeyStore
-from kvmem.db import Database
-from kvmem.prompts import BLOCK_PREAMBLE
-from kvmem.proposals import ProposalStore
-from kvmem.store import MemoryStore
+from kvmem.agent.prompts import BLOCK_PREAMBLE
+from kvmem.db.engine import Database
+from kvmem.memory.proposals import ProposalStore
+from kvmem.memory.store import MemoryStore
+from kvmem.server.credentials import KeyStore
 from tests.support.matchers import ISO_TIME, entry
 from tests.support.processes import WATCH_LITELLM_IMPORTS, ServeProcess
 
@@ -555,7 +555,7 @@ def test_the_sdk_loads_with_the_first_mcp_request(database: Database, database_u
     script = (
         "import json, sys\n"
         "from starlette.testclient import TestClient\n"
-        "from kvmem.app import create_app\n"
+        "from kvmem.server.app import create_app\n"
         "from kvmem.config import Config\n"
         "def sdk():\n"
         "    return sorted(m for m in sys.modules if m.split('.')[0] in {'mcp', 'mcp_types'})\n"

@@ -239,7 +239,7 @@ class ExplodingClient:
 def test_a_bug_is_counted_as_a_500(
     make_config: Callable[..., Any], database: Any, tokens: Any
 ) -> None:
-    from kvmem.app import create_app
+    from kvmem.server.app import create_app
 
     config = make_config(chat={"model": f"openai/{MAIN_MODEL}"})
     client: Any = ExplodingClient()

@@ -22,8 +22,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from kvmem.config import DatabaseConfig
-from kvmem.db import Database
-from kvmem.migrate import (
+from kvmem.db.engine import Database
+from kvmem.db.migrate import (
     HEAD,
     alembic_config,
     current_revision,
@@ -32,9 +32,9 @@ from kvmem.migrate import (
     head_revision,
     upgrade,
 )
-from kvmem.rules import MemoryRules
-from kvmem.store import MemoryStore
-from kvmem.tables import Base
+from kvmem.db.tables import Base
+from kvmem.memory.rules import MemoryRules
+from kvmem.memory.store import MemoryStore
 from kvmem.tokens import TokenCounter
 
 FOUNDATION_TABLES = {"alembic_version", "users", "memory_entries", "api_keys"}

@@ -17,8 +17,8 @@ import ollama
 import pytest
 
 from kvmem.config import Config
-from kvmem.credentials import KeyStore
-from kvmem.db import Database
+from kvmem.db.engine import Database
+from kvmem.server.credentials import KeyStore
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, set_memory, wait_until
 from tests.support.matchers import ISO_TIME, entry
 from tests.support.processes import ServeProcess

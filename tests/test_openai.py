@@ -355,7 +355,7 @@ def test_bad_request_bodies(server):
 def test_service_key_uses_the_body_user_and_user_key_ignores_it(
     make_server, chat_sections, upstream, database
 ):
-    from kvmem.credentials import KeyStore
+    from kvmem.server.credentials import KeyStore
 
     _, alice_key = KeyStore(database).create("alice")
     server = make_server(**chat_sections(auth={"mode": "keys", "service_keys": ["svc-secret"]}))

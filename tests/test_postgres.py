@@ -15,11 +15,11 @@ import pytest
 from sqlalchemy import inspect, text
 
 from kvmem.config import Config
-from kvmem.db import Database
+from kvmem.db.engine import Database
+from kvmem.db.migrate import HEAD, current_revision, upgrade
 from kvmem.errors import StoreUnavailable
-from kvmem.migrate import HEAD, current_revision, upgrade
-from kvmem.rules import MemoryRules
-from kvmem.store import MemoryStore
+from kvmem.memory.rules import MemoryRules
+from kvmem.memory.store import MemoryStore
 from tests.support.pg import POSTGRES_ENV, fresh_database
 
 pytestmark = pytest.mark.postgres_only

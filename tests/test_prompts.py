@@ -8,8 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from kvmem.entries import Entry
-from kvmem.prompts import (
+from kvmem.agent.prompts import (
     _ESCAPES,
     _NEEDS_ESCAPE,
     BLOCK_CLOSE,
@@ -24,6 +23,7 @@ from kvmem.prompts import (
     render_memory_block,
     with_memory,
 )
+from kvmem.entries import Entry
 from tests.support.hostile import HOSTILE_VALUES, unescape
 
 MARCH_1 = datetime(2026, 3, 1, 8, 30, tzinfo=UTC)
@@ -85,7 +85,7 @@ def test_escape_value_escapes_del_and_the_c1_controls_exactly():
 def test_every_escaped_character_is_found_alone_and_in_text_and_no_other_is():
     """The quick search that skips values needing nothing finds each character the
     translation escapes (its class is built as ranges), and nothing else."""
-    from kvmem.prompts import _ESCAPES
+    from kvmem.agent.prompts import _ESCAPES
 
     for code in _ESCAPES:
         assert escape_value(chr(code)) == _ESCAPES[code]

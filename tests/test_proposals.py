@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from kvmem.prompts import ChatLine, render_agent_input
-from kvmem.proposals import MAX_PENDING, Proposal, ProposalStore
+from kvmem.agent.prompts import ChatLine, render_agent_input
+from kvmem.memory.proposals import MAX_PENDING, Proposal, ProposalStore
 from tests.support.apps import (
     AGENT_MODEL,
     MAIN_MODEL,

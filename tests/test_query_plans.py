@@ -11,11 +11,8 @@ from typing import Any
 from sqlalchemy import insert
 from starlette.testclient import TestClient
 
-from kvmem.credentials import KeyStore
-from kvmem.db import Database
-from kvmem.entries import utcnow
-from kvmem.retention import prune_expired_history
-from kvmem.tables import (
+from kvmem.db.engine import Database
+from kvmem.db.tables import (
     Conversation,
     MemoryChange,
     MemoryEntry,
@@ -23,6 +20,9 @@ from kvmem.tables import (
     Message,
     User,
 )
+from kvmem.entries import utcnow
+from kvmem.memory.retention import prune_expired_history
+from kvmem.server.credentials import KeyStore
 from tests.support.apps import MAIN_MODEL
 from tests.support.plans import captured_statements, table_scans
 from tests.support.upstream import Reply

@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from kvmem.config import Config
-from kvmem.db import Database
-from kvmem.proposals import ProposalStore
-from kvmem.rules import MemoryRules
-from kvmem.store import MemoryStore
+from kvmem.db.engine import Database
+from kvmem.memory.proposals import ProposalStore
+from kvmem.memory.rules import MemoryRules
+from kvmem.memory.store import MemoryStore
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL
 from tests.support.ports import PortHold
 from tests.support.upstream import Reply

@@ -13,11 +13,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from kvmem import __version__
-from kvmem.app import create_app
 from kvmem.config import Config
-from kvmem.db import Database
+from kvmem.db.engine import Database
 from kvmem.entries import Snapshot
-from kvmem.overview import memory_overview, usage_percentage
+from kvmem.memory.overview import memory_overview, usage_percentage
+from kvmem.server.app import create_app
 from kvmem.tokens import TokenCounter
 from tests.support.apps import LOCAL_URL
 from tests.support.matchers import entry

@@ -1,4 +1,4 @@
-"""The history sweep (`kvmem.retention`): it deletes expired changes in short batches, and a
+"""The history sweep (`kvmem.memory.retention`): it deletes expired changes in short batches, and a
 request's write never waits behind the whole sweep, on both backends."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from datetime import timedelta
 from sqlalchemy import func, insert, select
 from starlette.testclient import TestClient
 
-from kvmem.db import Database
+from kvmem.db.engine import Database
+from kvmem.db.tables import MemoryChange, User
 from kvmem.entries import utcnow
-from kvmem.retention import prune_expired_history
-from kvmem.store import MemoryStore
-from kvmem.tables import MemoryChange, User
+from kvmem.memory.retention import prune_expired_history
+from kvmem.memory.store import MemoryStore
 from tests.support.apps import wait_until
 
 EXPIRED = 20_000  # 100 batches of the sweep's 200

@@ -12,13 +12,13 @@ import pytest
 from sqlalchemy import text
 from starlette.testclient import TestClient
 
-from kvmem.auth import accepts_session
 from kvmem.config import Config
 from kvmem.config_loader import parse_config
-from kvmem.credentials import KeyStore
-from kvmem.db import Database
+from kvmem.db.engine import Database
 from kvmem.errors import ConfigError, Unauthorized
-from kvmem.sessions import SessionStore
+from kvmem.server.auth import accepts_session
+from kvmem.server.credentials import KeyStore
+from kvmem.server.sessions import SessionStore
 from tests.support.apps import MAIN_MODEL
 from tests.support.matchers import ISO_TIME, entry
 

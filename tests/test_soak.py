@@ -23,8 +23,8 @@ import httpx
 import psutil
 import pytest
 
-from kvmem.litellm_client import load_litellm
-from kvmem.upstream import UPSTREAM_KEEPALIVE_SECONDS
+from kvmem.upstream.base import UPSTREAM_KEEPALIVE_SECONDS
+from kvmem.upstream.litellm_client import load_litellm
 from tests.support.apps import (
     AGENT_MODEL,
     MAIN_MODEL,

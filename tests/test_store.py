@@ -9,7 +9,7 @@ from datetime import UTC
 import pytest
 
 from kvmem.config import Config
-from kvmem.db import Database
+from kvmem.db.engine import Database
 from kvmem.entries import Imported
 from kvmem.errors import (
     BadRequest,
@@ -21,8 +21,8 @@ from kvmem.errors import (
     NotFound,
     ValueTooLong,
 )
-from kvmem.rules import MemoryRules
-from kvmem.store import MemoryStore
+from kvmem.memory.rules import MemoryRules
+from kvmem.memory.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from tests.support.matchers import entry
 

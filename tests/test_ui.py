@@ -24,11 +24,11 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from starlette.testclient import TestClient
 
 from kvmem.config_loader import parse_config
-from kvmem.db import Database
+from kvmem.db.engine import Database
 from kvmem.errors import ConfigError
-from kvmem.proposals import ProposalStore
-from kvmem.rules import MemoryRules
-from kvmem.store import MemoryStore
+from kvmem.memory.proposals import ProposalStore
+from kvmem.memory.rules import MemoryRules
+from kvmem.memory.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, set_memory, wait_until
 from tests.support.browser import PageLog, launch

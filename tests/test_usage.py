@@ -15,12 +15,12 @@ import pytest
 from sqlalchemy import select
 from starlette.testclient import TestClient
 
-from kvmem.db import Database
+from kvmem.agent.ledger import MAX_BATCH, Ledger, RecordBatches
+from kvmem.agent.usage import RunUsage, UsageStore, day_start
+from kvmem.db.engine import Database
+from kvmem.db.tables import AgentRunRecord
 from kvmem.entries import utcnow
 from kvmem.errors import StoreUnavailable
-from kvmem.ledger import MAX_BATCH, Ledger, RecordBatches
-from kvmem.tables import AgentRunRecord
-from kvmem.usage import RunUsage, UsageStore, day_start
 from tests.support.apps import (
     AGENT_MODEL,
     services,

@@ -91,7 +91,7 @@ def print_json(value: Any) -> None:
 
 def checked_user(user_id: str) -> str:
     """`user_id` if it is a valid user id, else exit 2."""
-    from kvmem.auth import check_user_id
+    from kvmem.server.auth import check_user_id
 
     with operation():
         return check_user_id(user_id)
@@ -100,8 +100,8 @@ def checked_user(user_id: str) -> str:
 def open_database(loaded: LoadedConfig) -> Any:
     """The configured database, migrated to the newest schema; its connections are closed
     when the command ends."""
-    from kvmem.db import Database
-    from kvmem.migrate import ensure_current
+    from kvmem.db.engine import Database
+    from kvmem.db.migrate import ensure_current
 
     database = Database.from_config(loaded.config.database)
     # Closed when the command ends, whichever way it ends.
@@ -120,8 +120,8 @@ def error_reason(exc: Exception) -> str:
 
 def open_store(loaded: LoadedConfig) -> Any:
     """A `MemoryStore` on the configured database, with the configured rules."""
-    from kvmem.rules import MemoryRules
-    from kvmem.store import MemoryStore
+    from kvmem.memory.rules import MemoryRules
+    from kvmem.memory.store import MemoryStore
     from kvmem.tokens import TokenCounter
 
     rules = MemoryRules.from_config(loaded.config.memory)

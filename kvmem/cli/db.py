@@ -17,7 +17,7 @@ def db_group() -> None:
 @config_option
 def db_upgrade() -> None:
     """Apply pending migrations."""
-    from kvmem.migrate import current_revision
+    from kvmem.db.migrate import current_revision
 
     database = open_database(loaded_config())
     click.echo(f"database at revision {current_revision(database.engine)}")
@@ -27,8 +27,8 @@ def db_upgrade() -> None:
 @config_option
 def db_current() -> None:
     """Print the database's revision and the newest one kvmem ships."""
-    from kvmem.db import Database
-    from kvmem.migrate import current_revision, head_revision
+    from kvmem.db.engine import Database
+    from kvmem.db.migrate import current_revision, head_revision
 
     loaded = loaded_config()
     database = Database.from_config(loaded.config.database)

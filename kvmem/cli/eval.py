@@ -95,7 +95,7 @@ def evaluate(
 ) -> None:
     """Measure the memory agent's model on scenarios, each on a fresh temporary store."""
     from kvmem.errors import SuiteError
-    from kvmem.eval_suite import builtin_suite, load_suite
+    from kvmem.eval.suite import builtin_suite, load_suite
 
     loaded = loaded_config()
     try:
@@ -103,8 +103,8 @@ def evaluate(
     except SuiteError as exc:
         fail(str(exc), 2)
     if gate:
-        from kvmem.eval_report import GateSummary
-        from kvmem.evaluation import measure_gate
+        from kvmem.eval.report import GateSummary
+        from kvmem.eval.run import measure_gate
 
         agent = loaded.config.memory.agent
         summary = GateSummary(
@@ -122,8 +122,8 @@ def evaluate(
 
     import anyio
 
-    from kvmem.eval_report import evaluation_json, evaluation_text
-    from kvmem.evaluation import Evaluation, eval_config
+    from kvmem.eval.report import evaluation_json, evaluation_text
+    from kvmem.eval.run import Evaluation, eval_config
 
     # A failed run's error is in the report; the agent's own warning would say it again.
     agent_log = logging.getLogger("kvmem.agent")

@@ -25,7 +25,7 @@ def keys_group() -> None:
 
 def open_keys(loaded: LoadedConfig) -> Any:
     """A `KeyStore` on the configured database."""
-    from kvmem.credentials import KeyStore
+    from kvmem.server.credentials import KeyStore
 
     return KeyStore(open_database(loaded))
 

@@ -22,7 +22,7 @@ from kvmem.cli.command import (
     user_option,
 )
 from kvmem.config_loader import LoadedConfig
-from kvmem.write_outcomes import imported_json, written_json
+from kvmem.memory.write_outcomes import imported_json, written_json
 
 
 @click.group("memory")
@@ -36,7 +36,7 @@ def memory_group() -> None:
 @user_option
 def memory_list(user_id: str) -> None:
     """Print the user's entries (newest first) and usage, as GET /memory does."""
-    from kvmem.overview import memory_overview
+    from kvmem.memory.overview import memory_overview
 
     loaded = loaded_config()
     user_id = checked_user(user_id)
@@ -107,7 +107,7 @@ def memory_clear(user_id: str) -> None:
 @click.argument("file", required=False, type=click.Path(dir_okay=False, allow_dash=True))
 def memory_export(user_id: str, file: str | None) -> None:
     """Write the user's memory as a kvmem.memory.v1 document to FILE (default: stdout)."""
-    from kvmem.exports import export_document
+    from kvmem.memory.exports import export_document
 
     loaded = loaded_config()
     user_id = checked_user(user_id)
@@ -128,7 +128,7 @@ def memory_export(user_id: str, file: str | None) -> None:
 @click.option("--replace", is_flag=True, help="Delete the user's other entries too.")
 def memory_import(user_id: str, file: str, replace: bool) -> None:
     """Write the entries of a document made by `export` (all or none)."""
-    from kvmem.exports import read_document
+    from kvmem.memory.exports import read_document
 
     loaded = loaded_config()
     user_id = checked_user(user_id)
@@ -188,7 +188,7 @@ def memory_revert(user_id: str, key: str, change_id: int) -> None:
 
 def open_proposals(loaded: LoadedConfig) -> Any:
     """A `ProposalStore` on the configured database, with the configured rules."""
-    from kvmem.proposals import ProposalStore
+    from kvmem.memory.proposals import ProposalStore
 
     return ProposalStore(open_store(loaded))
 

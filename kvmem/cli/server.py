@@ -40,8 +40,8 @@ def serve(host: str | None, port: int | None) -> None:
 
     import uvicorn
 
-    from kvmem.app import create_app
-    from kvmem.http_protocol import uvicorn_options
+    from kvmem.server.app import create_app
+    from kvmem.server.http_protocol import uvicorn_options
 
     # uvicorn drains on SIGTERM/SIGINT, then re-raises the signal to the handler that was
     # there before it: with this one, a drained shutdown ends the process with exit code 0.
@@ -98,9 +98,9 @@ def mcp(user_id: str) -> None:
 
     import anyio
 
-    from kvmem.app import build_services
-    from kvmem.mcp_server import serve_stdio
-    from kvmem.model_client import ModelClient
+    from kvmem.server.app import build_services
+    from kvmem.server.mcp_server import serve_stdio
+    from kvmem.upstream.model_client import ModelClient
 
     # The MCP tools read and write memory and never call a model: litellm (~3 s of CPU and
     # ~100 MiB) is not imported for a desktop assistant's session.

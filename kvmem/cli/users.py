@@ -55,8 +55,8 @@ def user_erase(user_id: str, yes: bool) -> None:
 )
 def usage(user_id: str | None, days: int) -> None:
     """What the memory agent used: per day for --user (as GET /usage), else per user."""
+    from kvmem.agent.usage import UsageStore, UsageSum
     from kvmem.entries import utcnow
-    from kvmem.usage import UsageStore, UsageSum
 
     loaded = loaded_config()
     if user_id is not None:

@@ -5,7 +5,7 @@ Starts the scripted upstream and one kvmem per candidate, all with the same conf
 
 - `before`: uvicorn + httptools with the kvmem protocol as it was before issue 22 (read from
   git, `--before REF`, default `c461702`, the last commit before issue 22): the numbers before;
-- `kvmem`: `kvmem serve` itself (uvicorn + httptools + `kvmem.http_protocol`, patched);
+- `kvmem`: `kvmem serve` itself (uvicorn + httptools + `kvmem.server.http_protocol`, patched);
 - `h11`: stock uvicorn with h11 (`h11_max_incomplete_event_size` = `max_header_bytes`);
 - `granian`: granian's ASGI server (`http1_settings.header_read_timeout` =
   `header_timeout_seconds`, `max_buffer_size` = `max_header_bytes`).
@@ -68,10 +68,10 @@ LOG_LEVEL = "info"
 
 def build_app() -> tuple[Any, Any]:
     """(kvmem's app, its config) for the config file named by `$KVMEM_BENCH_HTTP_CONFIG`."""
-    from kvmem.app import create_app
     from kvmem.config_loader import find_config_path, load_config
-    from kvmem.db import Database
-    from kvmem.migrate import ensure_current
+    from kvmem.db.engine import Database
+    from kvmem.db.migrate import ensure_current
+    from kvmem.server.app import create_app
 
     config = load_config(find_config_path(os.environ[CONFIG_ENV], os.environ)).config
     database = Database.from_config(config.database)
@@ -85,17 +85,17 @@ def granian_app() -> Any:
 
 
 def before_protocol(ref: str) -> types.ModuleType:
-    """`kvmem/http_protocol.py` as it was at git `ref`, as a module."""
-    source = subprocess.run(
-        ["git", "show", f"{ref}:kvmem/http_protocol.py"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    module = types.ModuleType("kvmem_http_protocol_before")
-    exec(compile(source, f"{ref}:kvmem/http_protocol.py", "exec"), module.__dict__)  # noqa: S102
-    return module
+    """`kvmem/server/http_protocol.py` as it was at git `ref`, as a module (before the
+    folders of issue 37 it was `kvmem/http_protocol.py`)."""
+    for path in ("kvmem/server/http_protocol.py", "kvmem/http_protocol.py"):
+        shown = subprocess.run(
+            ["git", "show", f"{ref}:{path}"], cwd=REPO, capture_output=True, text=True
+        )
+        if shown.returncode == 0:
+            module = types.ModuleType("kvmem_http_protocol_before")
+            exec(compile(shown.stdout, f"{ref}:{path}", "exec"), module.__dict__)  # noqa: S102
+            return module
+    raise RuntimeError(f"git {ref} has no kvmem http_protocol.py: {shown.stderr.strip()}")
 
 
 def serve(candidate: str, config_path: str) -> None:

@@ -25,13 +25,13 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from starlette.testclient import TestClient  # noqa: E402
 
-from kvmem.agent_tools import tool_definitions  # noqa: E402
-from kvmem.app import create_app  # noqa: E402
+from kvmem.agent.markers import MarkerFilter, marker_limit  # noqa: E402
+from kvmem.agent.prompts import render_marker_instructions  # noqa: E402
+from kvmem.agent.tools import tool_definitions  # noqa: E402
 from kvmem.config import Config  # noqa: E402
-from kvmem.db import Database  # noqa: E402
-from kvmem.markers import MarkerFilter, marker_limit  # noqa: E402
-from kvmem.migrate import upgrade  # noqa: E402
-from kvmem.prompts import render_marker_instructions  # noqa: E402
+from kvmem.db.engine import Database  # noqa: E402
+from kvmem.db.migrate import upgrade  # noqa: E402
+from kvmem.server.app import create_app  # noqa: E402
 from kvmem.tokens import TokenCounter  # noqa: E402
 from tests.support.apps import (  # noqa: E402
     AGENT_MODEL,

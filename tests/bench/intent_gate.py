@@ -25,11 +25,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from starlette.testclient import TestClient  # noqa: E402
 
-from kvmem.app import create_app  # noqa: E402
 from kvmem.config import Config  # noqa: E402
-from kvmem.db import Database  # noqa: E402
-from kvmem.intent import IntentGate  # noqa: E402
-from kvmem.migrate import upgrade  # noqa: E402
+from kvmem.db.engine import Database  # noqa: E402
+from kvmem.db.migrate import upgrade  # noqa: E402
+from kvmem.intent.gate import IntentGate  # noqa: E402
+from kvmem.server.app import create_app  # noqa: E402
 from kvmem.tokens import TokenCounter  # noqa: E402
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, wait_agents_idle  # noqa: E402
 from tests.support.upstream import Reply, ScriptedUpstream  # noqa: E402

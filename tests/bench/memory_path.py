@@ -41,10 +41,10 @@ def measure(workdir: Path, iterations: int, seconds: float) -> dict[str, Any]:
     nothing read before is reused (the first request after a change, or after a restart).
     """
     from kvmem.config import Config
-    from kvmem.db import Database
-    from kvmem.migrate import upgrade
-    from kvmem.rules import MemoryRules
-    from kvmem.store import MemoryStore
+    from kvmem.db.engine import Database
+    from kvmem.db.migrate import upgrade
+    from kvmem.memory.rules import MemoryRules
+    from kvmem.memory.store import MemoryStore
     from kvmem.tokens import TokenCounter
 
     config = Config.model_validate(
@@ -88,7 +88,7 @@ def _timed_reads(
     store_for_read: Callable[[], Any], user: str, config: Any, iterations: int, seconds: float
 ) -> dict[str, Any]:
     """Time snapshot + entries_within + render_memory_block; the first 20 reads warm up."""
-    from kvmem.prompts import entries_within, render_memory_block
+    from kvmem.agent.prompts import entries_within, render_memory_block
 
     limit = config.memory.token_limit
     totals: list[float] = []

@@ -82,7 +82,7 @@ def measure(series: int = 1000, scrapes: int = 200) -> dict[str, Any]:
     """p50/p99 milliseconds of a scrape (through the app) and of rendering alone."""
     import tempfile
 
-    from kvmem.app import create_app
+    from kvmem.server.app import create_app
 
     with tempfile.TemporaryDirectory() as folder:
         config = Config.model_validate({"database": {"url": f"sqlite:///{folder}/bench.db"}})

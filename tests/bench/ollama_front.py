@@ -205,11 +205,11 @@ async def front_work(iterations: int) -> dict[str, Any]:
     """What each front does on its own, in-process, without the server or the model: read the
     request (parse, validate, translate) and render the stream (first piece, then the rest).
     The model call, memory and the HTTP server are the same for both and left out."""
-    from kvmem.bodies import parse_json, validate
-    from kvmem.main_call import chat_lines
-    from kvmem.ollama_replies import Reply, has_output
-    from kvmem.ollama_shapes import ChatBody
-    from kvmem.routes import openai
+    from kvmem.chat.main_call import chat_lines
+    from kvmem.server.bodies import parse_json, validate
+    from kvmem.server.ollama_replies import Reply, has_output
+    from kvmem.server.ollama_shapes import ChatBody
+    from kvmem.server.routes import openai
 
     async def chunks() -> Any:
         for one in STREAM:

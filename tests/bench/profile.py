@@ -7,12 +7,12 @@ and streamed at c=1 with the agent off. For each, it prints the server's CPU mil
 per request (from the kernel's accounting) and splits them by where py-spy found the
 process busy:
 
-- **self time by package**: the innermost Python frame of each sample (`kvmem.store`,
+- **self time by package**: the innermost Python frame of each sample (`kvmem.memory.store`,
   `starlette`, `httpcore`, `sqlalchemy`, `asyncio`, ...); time in C code is charged to the
   Python frame that called it (a SQLite query to the SQLAlchemy frame that ran it);
 - **by kvmem module**: each sample charged to the innermost kvmem frame in its stack, i.e.
   that module's own code and the library calls it makes (a sample in httpcore under
-  `kvmem.direct_client` is the direct client's); samples with no kvmem frame are the server
+  `kvmem.upstream.direct_client` is the direct client's); samples with no kvmem frame are the server
   and the event loop (uvicorn's HTTP parsing, task scheduling);
 - **threads**: the event loop against worker threads (database work, block rendering).
 

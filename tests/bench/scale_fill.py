@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-from kvmem.migrate import upgrade
+from kvmem.db.migrate import upgrade
 
 CHUNK = 5_000  # users per executemany / COPY call
 

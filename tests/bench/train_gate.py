@@ -1,7 +1,7 @@
 """`python -m tests.bench.train_gate [--loro] [--check]`: train the intent gate's classifier.
 
-Trains the logistic regression of kvmem/intent_model.py on every labelled message in
-tests/data and writes kvmem/intent_model.json. Positive ("touches memory"): explicit requests
+Trains the logistic regression of kvmem/intent/model.py on every labelled message in
+tests/data and writes kvmem/intent/model.json. Positive ("touches memory"): explicit requests
 and implicit updates, and the corpus's questions about memory and mentions of it (kept as
 positives so the model learns nothing that would skip them; they pass the gate today, mostly
 by their memory words, which always pass). Negative: chit-chat.
@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvmem import intent_model
-from kvmem.intent import UNRECOGNISED, IntentGate, model_may_read, model_may_skip, normalize
+from kvmem.intent import model as intent_model
+from kvmem.intent.gate import UNRECOGNISED, IntentGate, model_may_read, model_may_skip, normalize
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 MODEL_PATH = Path(intent_model.__file__).with_name(intent_model.MODEL_FILE)

@@ -144,10 +144,10 @@ def store_cost(workdir: Path, writes: int, rounds: int) -> dict[str, Any]:
     """`MemoryStore.set` in this process, on two SQLite files, history on (keep_days 90) and
     off (0), rounds interleaved: the cost of recording a change without HTTP around it."""
     from kvmem.config import Config
-    from kvmem.db import Database
-    from kvmem.migrate import upgrade
-    from kvmem.rules import MemoryRules
-    from kvmem.store import MemoryStore
+    from kvmem.db.engine import Database
+    from kvmem.db.migrate import upgrade
+    from kvmem.memory.rules import MemoryRules
+    from kvmem.memory.store import MemoryStore
     from kvmem.tokens import TokenCounter
 
     tokens, stores, databases = TokenCounter(), {}, []

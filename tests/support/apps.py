@@ -13,7 +13,7 @@ from typing import Any
 import uvicorn
 from starlette.testclient import TestClient
 
-from kvmem.services import Services
+from kvmem.server.services import Services
 from tests.support.ports import bound_socket
 
 # The base URL of test clients: a loopback Host, as a local program sends it. TestClient's
@@ -100,7 +100,7 @@ class LiveServer:
     """kvmem served by uvicorn on a free 127.0.0.1 port, in a background thread."""
 
     def __init__(self, app: Any, **options: Any) -> None:
-        """`options` are more uvicorn settings (`kvmem.http_protocol.uvicorn_options`)."""
+        """`options` are more uvicorn settings (`kvmem.server.http_protocol.uvicorn_options`)."""
         # Served on a socket bound here (not a port picked and let go: another process could
         # take it first, see tests/support/ports.py).
         self.socket = bound_socket()

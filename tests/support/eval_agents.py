@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from kvmem.eval_suite import Scenario, Suite
+from kvmem.eval.suite import Scenario, Suite
 from tests.support.apps import delete_memory, set_memory
 from tests.support.upstream import Received, Reply
 

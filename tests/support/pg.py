@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
-from kvmem.tables import Base
+from kvmem.db.tables import Base
 
 # Set to a PostgreSQL URL (any database of the server; `.ci/run` sets it) to run every
 # database test on PostgreSQL too. A set variable with no server behind it fails the run.

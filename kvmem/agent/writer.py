@@ -1,0 +1,188 @@
+"""The agent's writes: its requests (native tool calls, JSON-mode operations, inline markers)
+turned into validated writes to the memory store, or into proposals under review.
+
+`MemoryWriter` applies at most `MAX_TOOL_CALLS` requests per model answer, each with the
+checks of the store (keys, limits, the run's commit guard) and each answered by the text the
+model sees: what was written, or why it was refused (`refusal_message`, kvmem/agent/tools.py,
+beside the tool schemas it shares with the MCP server). A write runs in a worker thread and
+is recorded on its `AgentRun`. It makes no model call and knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio.to_thread
+from pydantic import ValidationError
+
+from kvmem.agent.json_mode import DeleteOperation, SetOperation
+from kvmem.agent.run import AgentRun, MemoryUpdate
+from kvmem.agent.tools import DeleteMemoryArguments, SetMemoryArguments, refusal_message
+from kvmem.errors import KvmemError, UserErased, describe_problems
+from kvmem.memory.proposals import ProposalStore
+from kvmem.memory.store import MemoryStore
+from kvmem.metrics import Metrics
+
+# The agent's logger: a capped answer is the agent's warning.
+log = logging.getLogger("kvmem.agent")
+
+MAX_TOOL_CALLS = 16
+
+# One way to perform a write request: the result text the model sees, and whether it landed.
+Perform = Callable[[AgentRun, str, Any], Awaitable[tuple[str, bool]]]
+
+
+class MemoryWriter:
+    """Applies the agent's write requests to one user's memory, as that run's writes."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        proposals: ProposalStore,
+        valid_keys: Sequence[str] | None,
+        metrics: Metrics,
+        outcomes: Counter[str],
+    ) -> None:
+        self.store = store
+        self.proposals = proposals
+        self.valid_keys = valid_keys
+        self.metrics = metrics
+        self.outcomes = outcomes  # the agent's: counts answers capped at MAX_TOOL_CALLS
+
+    async def apply(
+        self, run: AgentRun, user_id: str, requests: Sequence[Any], perform: Perform
+    ) -> tuple[list[str], bool]:
+        """Run `perform` on each write request (tool call or JSON operation) in order, at most
+        `MAX_TOOL_CALLS`; the result strings and whether any failed."""
+        results, failed = [], False
+        if len(requests) > MAX_TOOL_CALLS:
+            log.warning(
+                "memory agent asked for %d writes; applying the first %d",
+                len(requests),
+                MAX_TOOL_CALLS,
+            )
+            self.outcomes["tool_calls_capped"] += 1
+        for index, request in enumerate(requests):
+            if index >= MAX_TOOL_CALLS:
+                results.append(f"Error: not applied; at most {MAX_TOOL_CALLS} tool calls per turn.")
+                failed = True
+                continue
+            result, ok = await perform(run, user_id, request)
+            results.append(result)
+            failed = failed or not ok
+        return results, failed
+
+    async def operate(
+        self, run: AgentRun, user_id: str, operation: SetOperation | DeleteOperation
+    ) -> tuple[str, bool]:
+        """Apply one validated JSON-mode operation, as the matching tool call would be."""
+        if isinstance(operation, SetOperation):
+            return await self.write(run, user_id, operation.key, operation.value)
+        return await self.write(run, user_id, operation.key, None)
+
+    async def call_tool(
+        self, run: AgentRun, user_id: str, function: dict[str, Any]
+    ) -> tuple[str, bool]:
+        """Apply one native tool call's `function` (its name and JSON arguments): arguments
+        that are not JSON or do not validate, and an unknown tool, are refused with a text
+        the model can act on."""
+        name = function.get("name")
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except json.JSONDecodeError as exc:
+            return f"Error: the arguments of {name} are not valid JSON ({exc.msg}).", False
+        try:
+            if name == "set_memory":
+                args = SetMemoryArguments.model_validate(arguments)
+                return await self.write(run, user_id, args.key, args.value)
+            if name == "delete_memory":
+                delete = DeleteMemoryArguments.model_validate(arguments)
+                return await self.write(run, user_id, delete.key, None)
+        except ValidationError as exc:
+            problems = describe_problems(exc, "arguments")
+            return f"Error: invalid arguments for {name}: {problems}.", False
+        return f'Error: tool "{name}" does not exist. Use set_memory or delete_memory.', False
+
+    async def write(
+        self, run: AgentRun, user_id: str, key: str, value: str | None
+    ) -> tuple[str, bool]:
+        """Set `key` (or delete it when `value` is None) in a worker thread, or propose it
+        under review; the result text the model sees and whether the write landed."""
+        try:
+            if run.review:
+                return await anyio.to_thread.run_sync(
+                    self._propose, run, user_id, key, value, abandon_on_cancel=True
+                ), True
+            if value is None:
+                return await anyio.to_thread.run_sync(
+                    self._delete, run, user_id, key, abandon_on_cancel=True
+                ), True
+            return await anyio.to_thread.run_sync(
+                self._set, run, user_id, key, value, abandon_on_cancel=True
+            ), True
+        except UserErased:
+            raise  # the run ends: nothing of an erased user is written
+        except KvmemError as exc:
+            return self.refusal(exc, key), False
+
+    def refusal(self, exc: KvmemError, key: str) -> str:
+        """The result string the model sees for a refused write."""
+        return refusal_message(exc, key, self.valid_keys)
+
+    def _set(self, run: AgentRun, user_id: str, key: str, value: str) -> str:
+        guard = run.commit_guard()
+        try:
+            written = self.store.set(
+                user_id,
+                key,
+                value,
+                "agent",
+                conversation_id=run.conversation_id,
+                guard=guard,
+                since=run.started_at,
+            )
+            run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
+        finally:
+            guard.release()
+        self.metrics.memory_write("agent", "set")
+        return f'Memory set for key "{written.entry.key}" ({written.entry.token_count} tokens)'
+
+    def _delete(self, run: AgentRun, user_id: str, key: str) -> str:
+        guard = run.commit_guard()
+        try:
+            self.store.delete(
+                user_id,
+                key,
+                "agent",
+                conversation_id=run.conversation_id,
+                guard=guard,
+                since=run.started_at,
+            )
+            run.record(MemoryUpdate("delete", key))
+        finally:
+            guard.release()
+        self.metrics.memory_write("agent", "delete")
+        return f'Memory deleted for key "{key}"'
+
+    def _propose(self, run: AgentRun, user_id: str, key: str, value: str | None) -> str:
+        guard = run.commit_guard()
+        try:
+            proposal = self.proposals.propose(
+                user_id,
+                key,
+                value,
+                conversation_id=run.conversation_id,
+                guard=guard,
+                since=run.started_at,
+            )
+            run.record(MemoryUpdate(proposal.op, proposal.key, proposal.value, pending=True))
+        finally:
+            guard.release()
+        return (
+            f'Proposed for review: {proposal.op} key "{proposal.key}". The user will keep '
+            "or dismiss it; do not repeat it."
+        )

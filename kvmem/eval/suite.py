@@ -1,0 +1,263 @@
+"""Evaluation scenarios for `kvmem eval`: their shape, reading a suite file, and what each
+scenario expects of the memory agent.
+
+A suite is a YAML list of scenarios (or `{"scenarios": [...]}`), or JSON lines (`.jsonl`,
+one scenario a line). A scenario gives the memory before, the chat, optionally its own
+`valid_keys`, and `expect`: keys `set` (their values containing substrings,
+case-insensitively; an item that is a list means any one of its strings), `deleted`,
+`unchanged`, and `no_writes`. Every problem in a file is a `SuiteError` naming the file, the
+line and scenario id, and the field. kvmem's own suite ships as package data
+(`kvmem/eval/suite.yaml`). This module runs nothing: kvmem/eval/run.py does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kvmem.config import KEY_PATTERN, RESERVED_KEYS, reserved_keys_text
+from kvmem.errors import SuiteError
+
+CATEGORIES: tuple[str, ...] = (
+    "remember",
+    "update",
+    "forget",
+    "chit_chat",
+    "implicit",
+    "language",
+    "injection",
+    "routing",
+)
+Category = Literal[
+    "remember",
+    "update",
+    "forget",
+    "chit_chat",
+    "implicit",
+    "language",
+    "injection",
+    "routing",
+]
+BUILTIN_SUITE = "built-in"
+
+
+def _check_key(key: str) -> str:
+    if not KEY_PATTERN.fullmatch(key) or key in RESERVED_KEYS:
+        raise ValueError(
+            f"{key!r} can never be stored: keys match ^[a-z][a-z0-9_]{{0,127}}$ and are not "
+            f"{reserved_keys_text()}"
+        )
+    return key
+
+
+class Message(BaseModel):
+    """One chat message of a scenario (system messages are left out of the agent's window,
+    as in production)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(min_length=1)
+
+
+class Expectation(BaseModel):
+    """What the memory must look like after the agent ran."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    set: dict[str, list[str | list[str]]] = Field(default_factory=dict)
+    deleted: list[str] = Field(default_factory=list)
+    unchanged: list[str] = Field(default_factory=list)
+    no_writes: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Expectation:
+        if not (self.set or self.deleted or self.unchanged or self.no_writes):
+            raise ValueError("nothing expected: give set, deleted, unchanged or no_writes")
+        if self.no_writes and (self.set or self.deleted):
+            raise ValueError("no_writes contradicts set and deleted")
+        for key in [*self.set, *self.deleted, *self.unchanged]:
+            _check_key(key)
+        twice = {*self.set} & {*self.deleted} | ({*self.set} | {*self.deleted}) & {*self.unchanged}
+        if twice:
+            raise ValueError(f"{', '.join(sorted(twice))}: expected two different ways")
+        for key, parts in self.set.items():
+            if not parts or any(not part for part in parts):
+                raise ValueError(f"set.{key}: give at least one non-empty substring")
+        return self
+
+    @property
+    def writes(self) -> bool:
+        """Whether the scenario expects the agent to write (set or delete)."""
+        return bool(self.set or self.deleted)
+
+    def problems(
+        self,
+        before: Mapping[str, str],
+        after: Mapping[str, str],
+        writes: int,
+    ) -> list[str]:
+        """What the memory `after` the run (and its number of `writes`) got wrong; [] when
+        all is as expected."""
+        problems = []
+        for key, parts in self.set.items():
+            value = after.get(key)
+            if value is None:
+                problems.append(f"{key}: not set")
+                continue
+            for part in parts:
+                choices = [part] if isinstance(part, str) else part
+                if not any(choice.casefold() in value.casefold() for choice in choices):
+                    wanted = " or ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+                    shown = json.dumps(value, ensure_ascii=False)
+                    problems.append(f"{key}: {shown} lacks {wanted}")
+        problems += [f"{key}: not deleted" for key in self.deleted if key in after]
+        problems += [
+            f"{key}: changed to {json.dumps(after.get(key), ensure_ascii=False)}"
+            for key in self.unchanged
+            if after.get(key) != before.get(key)
+        ]
+        if self.no_writes and writes:
+            problems.append(f"expected no writes; the agent made {writes}")
+        return problems
+
+
+class Scenario(BaseModel):
+    """One test of the memory agent: memory before, the chat, and what should come of it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str = Field(min_length=1, max_length=100)
+    category: Category
+    language: str | None = Field(None, min_length=2, max_length=16)
+    note: str | None = None  # why the scenario expects what it does
+    memory: dict[str, str] = Field(default_factory=dict)
+    messages: list[Message] = Field(min_length=1)
+    valid_keys: list[str] | None = None
+    expect: Expectation
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        for key in [*self.memory, *(self.valid_keys or ())]:
+            _check_key(key)
+        if self.messages[-1].role != "user":
+            raise ValueError(
+                "messages: the last message must be the user's (the agent reads up to it)"
+            )
+        if self.valid_keys:
+            allowed = set(self.valid_keys)
+            for field, keys in (
+                ("memory", self.memory),
+                ("expect.set", self.expect.set),
+                ("expect.deleted", self.expect.deleted),
+            ):
+                outside = [key for key in keys if key not in allowed]
+                if outside:
+                    raise ValueError(f"{field}: {', '.join(outside)} not among valid_keys")
+        absent = [key for key in self.expect.deleted if key not in self.memory]
+        if absent:
+            raise ValueError(
+                f"expect.deleted: {', '.join(absent)} not in memory (nothing to delete)"
+            )
+        return self
+
+    @property
+    def newest_message(self) -> str:
+        """The newest user message: what the intent gate reads."""
+        return self.messages[-1].content
+
+
+@dataclass(frozen=True)
+class Suite:
+    """Scenarios and where they came from (a path, or `built-in`)."""
+
+    source: str
+    scenarios: tuple[Scenario, ...]
+
+
+def builtin_suite() -> Suite:
+    """kvmem's own suite, shipped as package data."""
+    resource = resources.files("kvmem") / "eval" / "suite.yaml"
+    return _parse_yaml(resource.read_text(encoding="utf-8"), BUILTIN_SUITE)
+
+
+def load_suite(path: Path) -> Suite:
+    """The suite in `path`: JSON lines when it ends in `.jsonl`, else YAML."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise SuiteError(f"{path}: cannot read the suite file: {reason}") from exc
+    if path.suffix == ".jsonl":
+        return _parse_json_lines(text, str(path))
+    return _parse_yaml(text, str(path))
+
+
+def _parse_json_lines(text: str, source: str) -> Suite:
+    items = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            items.append((number, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise SuiteError(f"{source}, line {number}: not valid JSON: {exc.msg}") from None
+    return _validate(items, source)
+
+
+def _parse_yaml(text: str, source: str) -> Suite:
+    # The document as nodes (their lines name a bad scenario's place), then as values;
+    # libyaml's loader when PyYAML has it: the pure-Python one takes a second per suite.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        root = loader.get_single_node()
+        document = loader.construct_document(root) if root is not None else None
+    except yaml.YAMLError as exc:
+        raise SuiteError(f"{source}: not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+    if root is None:
+        raise SuiteError(f"{source}: the suite has no scenarios")
+    if isinstance(document, dict) and set(document) == {"scenarios"}:
+        document = document["scenarios"]
+        assert isinstance(root, yaml.MappingNode)
+        root = root.value[0][1]
+    if not isinstance(document, list) or not isinstance(root, yaml.SequenceNode):
+        raise SuiteError(f"{source}: expected a list of scenarios (or a mapping with `scenarios:`)")
+    lines = [node.start_mark.line + 1 for node in root.value]
+    return _validate(list(zip(lines, document, strict=True)), source)
+
+
+def _validate(items: Sequence[tuple[int, Any]], source: str) -> Suite:
+    if not items:
+        raise SuiteError(f"{source}: the suite has no scenarios")
+    scenarios: list[Scenario] = []
+    seen: dict[str, int] = {}
+    for line, item in items:
+        where = f"{source}, line {line}"
+        if isinstance(item, dict) and isinstance(item.get("id"), str):
+            where += f" (scenario {item['id']!r})"
+        try:
+            scenario = Scenario.model_validate(item)
+        except ValidationError as exc:
+            raise SuiteError(f"{where}: {_describe(exc)}") from None
+        if scenario.id in seen:
+            first = seen[scenario.id]
+            raise SuiteError(f"{where}: id: also the id of the scenario on line {first}")
+        seen[scenario.id] = line
+        scenarios.append(scenario)
+    return Suite(source, tuple(scenarios))
+
+
+def _describe(exc: ValidationError) -> str:
+    """The first problem of a scenario: the field's path and what was expected."""
+    error = exc.errors(include_url=False)[0]
+    field = ".".join(str(part) for part in error["loc"])
+    message = error["msg"].removeprefix("Value error, ")  # a model validator names its field
+    more = len(exc.errors()) - 1
+    described = f"{field}: {message}" if field else message
+    return described + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")

@@ -1,0 +1,81 @@
+"""Checking an import document before `MemoryStore.import_document` writes it.
+
+Every entry is checked against every rule and counted, and the resulting total against
+`tokenLimit`, before anything is written; an error names the offending entry (its index
+and `key`), so that a person can find it in a file of thousands. It reads and writes no
+database (the rows it weighs are the store's); `kvmem.memory.exports` reads the document's shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from kvmem.errors import BadRequest, KvmemError, MemoryFull
+from kvmem.memory.rules import MemoryRules
+from kvmem.tokens import TokenCounter
+
+# Each key's clean value and its token count, in document order.
+Counted = dict[str, tuple[str, int]]
+
+
+def count_document(
+    rules: MemoryRules, tokens: TokenCounter, items: Iterable[tuple[str, str]]
+) -> Counted:
+    """Each entry checked against every rule, cleaned and counted; a key twice is refused."""
+    counted: Counted = {}
+    for index, (key, value) in enumerate(items):
+        try:
+            rules.check_key(key)
+            if key in counted:
+                raise BadRequest(f"the key {key!r} appears more than once in the document")
+            value = rules.clean_value(value)
+        except KvmemError as exc:
+            # Name the entry, so that a person can find it in a file of thousands.
+            exc.message = f"memories[{index}] (key {key!r}): {exc.message}"
+            exc.details["key"] = key
+            raise
+        counted[key] = (value, tokens.count(value))
+    return counted
+
+
+def check_import_limit(
+    limit: int | None, existing: dict[str, Any], dropped: list[Any], counted: Counted
+) -> None:
+    """`MemoryFull` naming the entry that takes the user's total over `limit`: `existing`
+    are the user's entry rows by key (with `key` and `token_count`), `dropped` those that
+    the import deletes."""
+    if limit is None:
+        return
+    total = sum(row.token_count for row in existing.values())
+    gone = {row.key for row in dropped}
+    # What stays of the user's entries, then each imported one in document order: the
+    # entry that takes the sum over the limit is the one the error names.
+    running = sum(
+        row.token_count for key, row in existing.items() if key not in counted and key not in gone
+    )
+    requested = sum(tokens for _, tokens in counted.values())
+    for key, (_, tokens) in counted.items():
+        running += tokens
+        if running > limit:
+            raise MemoryFull(
+                f"importing {requested} tokens would take memory over the limit of "
+                f"{limit} tokens (passed at key {key!r})",
+                token_limit=limit,
+                total_tokens=total,
+                requested_tokens=requested,
+                key=key,
+            )
+
+
+def import_change(
+    key: str, op: str, old_value: str | None, new_value: str | None
+) -> dict[str, Any]:
+    """One change an import makes, as `ChangeLog.record_many` takes it."""
+    return {
+        "key": key,
+        "op": op,
+        "old_value": old_value,
+        "new_value": new_value,
+        "source": "import",
+    }

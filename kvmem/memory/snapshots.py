@@ -1,0 +1,218 @@
+"""Reading users' memory: the snapshot on every chat request's path and its cache, single
+entries, and the change history.
+
+`MemoryReader` is the read half of `kvmem.memory.store.MemoryStore` (which adds the writes). The
+snapshot is read through one small row, the user's memory version, that tells whether the
+entries read before are still current (`EntryCache`); on SQLite both statements run straight
+on the pooled sqlite3 connection (`Database.reading_cursor`). Every query is scoped by
+`user_id`; callers get frozen dataclasses. It writes nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import bindparam, select
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import Session
+
+from kvmem.db.engine import Database
+from kvmem.db.tables import MemoryEntry, User
+from kvmem.entries import Entry, Snapshot
+from kvmem.errors import NotFound
+from kvmem.memory.history import Change, ChangeLog, HistoryPage
+from kvmem.memory.rules import MemoryRules
+
+_SNAPSHOT = (
+    select(
+        MemoryEntry.key,
+        MemoryEntry.value,
+        MemoryEntry.token_count,
+        MemoryEntry.source,
+        MemoryEntry.created_at,
+        MemoryEntry.updated_at,
+    )
+    .where(MemoryEntry.user_id == bindparam("user_id"))
+    .order_by(MemoryEntry.updated_at, MemoryEntry.id)
+)
+_USER_STATE = select(User.memories_enabled, User.memory_version, User.created_at).where(
+    User.id == bindparam("user_id")
+)
+# The entry at one key, with its row id (the writes use it too): `Entry(*row[1:])`.
+ENTRY_AT_KEY = select(
+    MemoryEntry.id,
+    MemoryEntry.key,
+    MemoryEntry.value,
+    MemoryEntry.token_count,
+    MemoryEntry.source,
+    MemoryEntry.created_at,
+    MemoryEntry.updated_at,
+).where(MemoryEntry.user_id == bindparam("user_id"), MemoryEntry.key == bindparam("key"))
+_MEMORIES_ENABLED = select(User.memories_enabled).where(User.id == bindparam("user_id"))
+
+
+@functools.cache
+def _sqlite_reads(dialect: Dialect) -> tuple[str, str, list[Callable[[Any], Any] | None]]:
+    """`snapshot`'s two statements compiled for SQLite, and what SQLAlchemy would make of each
+    column of the second (text to datetime, say): built once per engine, not per store."""
+    return (
+        str(_USER_STATE.compile(dialect=dialect)),
+        str(_SNAPSHOT.compile(dialect=dialect)),
+        [
+            column.type.dialect_impl(dialect).result_processor(dialect, None)
+            for column in _SNAPSHOT.selected_columns
+        ],
+    )
+
+
+# A user row's memory version, with its creation time: a user erased and seen again starts
+# at version 0 anew, so the version alone could match entries cached before the erasure.
+# (On SQLite the creation time is the stored text: it is only compared.)
+Version = tuple[datetime | str, int]
+
+
+class EntryCache:
+    """The last entries read per user, tagged with the user's memory version (bounded LRU)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._items: OrderedDict[str, tuple[Version, tuple[Entry, ...]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, user_id: str, version: Version) -> tuple[Entry, ...] | None:
+        """The cached entries if they were read at `version`."""
+        with self._lock:
+            item = self._items.get(user_id)
+            if item is None or item[0] != version:
+                return None
+            self._items.move_to_end(user_id)
+            return item[1]
+
+    def put(self, user_id: str, version: Version, entries: tuple[Entry, ...]) -> None:
+        """Remember the entries read at `version`."""
+        with self._lock:
+            self._items[user_id] = (version, entries)
+            self._items.move_to_end(user_id)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+class MemoryReader:
+    """Reads users' memory entries and history (the read half of `MemoryStore`)."""
+
+    def __init__(self, database: Database, rules: MemoryRules, history_log: ChangeLog) -> None:
+        self.database = database
+        self.rules = rules
+        self.history_log = history_log
+        self._cache = EntryCache()
+        if database.dialect == "sqlite":
+            self._sqlite_reads = _sqlite_reads(database.engine.dialect)
+
+    def snapshot(self, user_id: str) -> Snapshot:
+        """The user's entries, oldest first, and whether they want memory used."""
+        # This read is on every chat request's path: one small row tells whether the entries
+        # read before are still current; only when they are not are they read again (as
+        # plain column rows, not ORM objects).
+        if self.database.dialect == "sqlite":
+            return self._sqlite_snapshot(user_id)
+        with self.database.reading() as session:
+            connection = session.connection()
+            user = connection.execute(_USER_STATE, {"user_id": user_id}).first()
+            if user is None:  # no row, no entries (they reference it)
+                return Snapshot(entries=(), memories_enabled=True)
+            version = (user.created_at, user.memory_version)
+            entries = self._cache.get(user_id, version)
+            if entries is None:
+                rows = connection.execute(_SNAPSHOT, {"user_id": user_id}).all()
+                entries = tuple(Entry(*row) for row in rows)
+                self._cache.put(user_id, version, entries)
+        return Snapshot(entries=entries, memories_enabled=user.memories_enabled)
+
+    def _sqlite_snapshot(self, user_id: str) -> Snapshot:
+        """`snapshot` on SQLite's own connection (see `Database.reading_cursor`)."""
+        user_state, snapshot, processors = self._sqlite_reads
+        with self.database.reading_cursor() as cursor:
+            user = cursor.execute(user_state, (user_id,)).fetchone()
+            if user is None:
+                return Snapshot(entries=(), memories_enabled=True)
+            memories_enabled, memory_version, created_at = user
+            version = (created_at, memory_version)
+            entries = self._cache.get(user_id, version)
+            if entries is None:
+                entries = tuple(
+                    Entry(
+                        *(
+                            process(value) if process else value
+                            for process, value in zip(processors, row, strict=True)
+                        )
+                    )
+                    for row in cursor.execute(snapshot, (user_id,)).fetchall()
+                )
+                self._cache.put(user_id, version, entries)
+        return Snapshot(entries=entries, memories_enabled=bool(memories_enabled))
+
+    def get(self, user_id: str, key: str) -> Entry:
+        """The entry at `key`, or `NotFound`."""
+        self.rules.check_key_format(key)
+        with self.database.reading() as session:
+            row = session.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
+        if row is None:
+            raise NotFound(f"no memory with key {key!r}")
+        return Entry(*row[1:])
+
+    def memories_enabled(self, user_id: str) -> bool:
+        """The user's opt-out switch (true unless they turned memory off)."""
+        with self.database.reading() as session:
+            enabled = session.scalar(_MEMORIES_ENABLED, {"user_id": user_id})
+        return True if enabled is None else enabled
+
+    def history(
+        self,
+        user_id: str,
+        key: str | None = None,
+        limit: int = 50,
+        before: int | None = None,
+    ) -> HistoryPage:
+        """The user's changes (of one key, if given) newest first, paged by id."""
+        if key is not None:
+            self.rules.check_key_format(key)
+        with self.database.reading() as session:
+            return self.history_log.page(session, user_id, key=key, limit=limit, before=before)
+
+    def key_history(self, user_id: str, key: str) -> tuple[Change, ...]:
+        """Every kept change of `key`, newest first (also after a delete); `NotFound` when
+        the key has neither an entry nor a change."""
+        self.rules.check_key_format(key)
+        with self.database.reading() as session:
+            changes = self.history_log.of_key(session, user_id, key)
+            if not changes and not self._has_entry(session, user_id, key):
+                raise NotFound(f"no memory and no history with key {key!r}")
+            return changes
+
+    def key_history_page(
+        self, user_id: str, key: str, limit: int = 50, before: int | None = None
+    ) -> HistoryPage:
+        """`key_history` a page at a time (newest first, paged by id as `history`);
+        `NotFound` when the key has neither an entry nor a kept change."""
+        self.rules.check_key_format(key)
+        with self.database.reading() as session:
+            page = self.history_log.page(session, user_id, key=key, limit=limit, before=before)
+            if page.changes:
+                return page
+            if (
+                before is not None
+                and self.history_log.page(session, user_id, key=key, limit=1).changes
+            ):
+                return page  # past the last page of a key that has changes
+            if not self._has_entry(session, user_id, key):
+                raise NotFound(f"no memory and no history with key {key!r}")
+            return page
+
+    @staticmethod
+    def _has_entry(session: Session, user_id: str, key: str) -> bool:
+        return session.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first() is not None

@@ -1,0 +1,480 @@
+"""The memory store's writes: each user's key/value entries, their history and opt-out switch.
+
+Every write applies `MemoryRules` and checks `tokenLimit` inside one transaction that holds
+the user's write lock, so the limit holds under any concurrency; the change it makes is
+recorded (`kvmem.memory.history`) in that same transaction, so history is never missing a write
+nor holds one that did not happen. A write that leaves the value as it was changes nothing:
+no change is recorded and `updated_at` and `source` stay. The entries' writes run
+prebuilt Core statements on a bare connection (no ORM session): the ORM's unit of work and
+identity map cost more than the SQL itself, and on SQLite every write holds the writer lock
+while it runs. On SQLite `set` and `delete` run them on the bare sqlite3 connection
+(`kvmem.db.driver_connection`), and while the app runs concurrent `set`s share transactions
+through one writer thread (`kvmem.memory.group_commit`), each keeping its own checks and result.
+Every query is scoped by `user_id`; callers get frozen dataclasses, never a session. The
+reads are `MemoryReader`'s (`kvmem.memory.snapshots`), which this class extends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, Literal
+
+import anyio.to_thread
+from sqlalchemy.orm import Session
+
+from kvmem.db.driver_connection import Executor
+from kvmem.db.engine import Database, rowcount
+from kvmem.db.erasure import Erased, check_not_erased, erase_user_rows, fence_user
+from kvmem.entries import Entry, Imported, Reverted, Written, utcnow
+from kvmem.errors import MemoryFull, NotFound
+from kvmem.memory import write_statements as statements
+from kvmem.memory.group_commit import GroupCommit, Prepare
+from kvmem.memory.history import ChangeLog, ChangeSource
+from kvmem.memory.imports import check_import_limit, count_document, import_change
+from kvmem.memory.rules import MemoryRules
+from kvmem.memory.snapshots import ENTRY_AT_KEY, MemoryReader
+from kvmem.tokens import TokenCounter
+
+log = logging.getLogger("kvmem.store")
+
+ImportMode = Literal["merge", "replace"]
+
+
+class MemoryStore(MemoryReader):
+    """Reads and writes users' memory entries under the configured rules."""
+
+    def __init__(
+        self,
+        database: Database,
+        rules: MemoryRules,
+        tokens: TokenCounter,
+        *,
+        keep_days: int = 90,
+    ) -> None:
+        super().__init__(database, rules, ChangeLog(keep_days))
+        self.tokens = tokens
+        self._group: GroupCommit | None = None  # SQLite's writer thread, while it runs
+
+    def set(
+        self,
+        user_id: str,
+        key: str,
+        value: str,
+        source: ChangeSource = "manual",
+        *,
+        conversation_id: str | None = None,
+        guard: Callable[[], None] | None = None,
+        since: datetime | None = None,
+    ) -> Written:
+        """Create or replace the entry at `key`; `MemoryFull` if it would pass `tokenLimit`.
+
+        The change is recorded with `source` and `conversation_id` (the conversation whose
+        agent run made it). `guard` runs just before the commit; if it raises, nothing is
+        written (the memory agent uses it so that no write lands after its deadline).
+        `since`, when the work making the write began, refuses it with `UserErased` if the
+        user was erased after that (the agent's runs pass it: erasure is final).
+        """
+        prepare = self._set_write(user_id, key, value, source, conversation_id, since)
+        # A guarded write runs alone, its guard checked right before its own COMMIT.
+        future = self._group.submit(prepare) if self._group and guard is None else None
+        if future is not None:
+            return future.result()
+        write = prepare()
+        with self.database.writing_prebuilt() as connection:
+            written = write(connection)
+            if guard is not None:
+                guard()
+            return written
+
+    async def set_async(
+        self,
+        user_id: str,
+        key: str,
+        value: str,
+        source: ChangeSource = "manual",
+        *,
+        conversation_id: str | None = None,
+    ) -> Written:
+        """`set` for the event loop: awaits the writer thread (group commit) instead of
+        holding a worker thread, or runs `set` in one when there is no writer thread."""
+        prepare = self._set_write(user_id, key, value, source, conversation_id)
+        future = self._group.submit(prepare) if self._group else None
+        if future is None:
+            return await anyio.to_thread.run_sync(
+                functools.partial(
+                    self.set, user_id, key, value, source, conversation_id=conversation_id
+                )
+            )
+        # Shielded: once queued the write is made even if the caller goes away, as a
+        # write already running in a worker thread is.
+        return await asyncio.shield(asyncio.wrap_future(future))
+
+    def start_group_commit(
+        self, on_batch: Callable[[int], None] | None = None
+    ) -> GroupCommit | None:
+        """On SQLite, start the writer thread through which `set`s without a guard share
+        transactions (`kvmem.memory.group_commit`), and return it; elsewhere nothing (each write
+        commits alone). `on_batch` is told the number of writes of each batch it runs."""
+        if self.database.dialect == "sqlite" and self._group is None:
+            group = GroupCommit(self.database, on_batch=on_batch)
+            group.start()
+            self._group = group
+        return self._group
+
+    def stop_group_commit(self) -> None:
+        """Answer every queued write and stop the writer thread; `set` then runs directly."""
+        group = self._group
+        if group is not None:
+            group.stop()
+            self._group = None
+
+    def _set_write(
+        self,
+        user_id: str,
+        key: str,
+        value: str,
+        source: ChangeSource,
+        conversation_id: str | None,
+        since: datetime | None = None,
+    ) -> Prepare:
+        """`set` in two steps: checking and counting the value (no transaction), then
+        writing it on a connection whose transaction the caller owns."""
+
+        def prepare() -> Callable[[Executor], Written]:
+            self.rules.check_key(key)
+            clean = self.rules.clean_value(value)
+            tokens = self.tokens.count(clean)
+
+            def write(connection: Executor) -> Written:
+                self.database.lock_user(connection, user_id)
+                if since is not None:
+                    check_not_erased(connection, user_id, since)
+                return self._set_locked(
+                    connection, user_id, key, clean, tokens, source, conversation_id
+                )
+
+            return write
+
+        return prepare
+
+    def delete(
+        self,
+        user_id: str,
+        key: str,
+        source: ChangeSource = "manual",
+        *,
+        conversation_id: str | None = None,
+        guard: Callable[[], None] | None = None,
+        since: datetime | None = None,
+    ) -> Entry:
+        """Remove the entry at `key` and return it, or `NotFound`; the rest as for `set`."""
+        self.rules.check_key_format(key)
+        with self.database.writing_prebuilt() as connection:
+            # Every write takes the user's lock first: one lock order for all writers.
+            self.database.lock_user(connection, user_id)
+            if since is not None:
+                check_not_erased(connection, user_id, since)
+            row = connection.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
+            if row is None:
+                raise NotFound(f"no memory with key {key!r}")
+            entry, _ = self._delete_locked(connection, user_id, row, source, conversation_id)
+            if guard is not None:
+                guard()
+            return entry
+
+    def clear(self, user_id: str) -> int:
+        """Remove all of the user's entries, their history and the agent's pending proposals;
+        the number of entries removed."""
+        with self.database.writing_connection() as connection:
+            self.database.lock_user(connection, user_id)
+            result = connection.execute(statements.DELETE_ENTRIES, {"user_id": user_id})
+            self.history_log.clear(connection, user_id)
+            connection.execute(statements.DELETE_PROPOSALS, {"user_id": user_id})
+            connection.execute(statements.BUMP, {"user_id": user_id})
+            return rowcount(result)
+
+    def write_locked(
+        self,
+        session: Session,
+        user_id: str,
+        key: str,
+        value: str | None,
+        source: ChangeSource,
+        *,
+        conversation_id: str | None = None,
+    ) -> tuple[Entry | None, int]:
+        """Set `key` to `value` (or delete it when `value` is None) under every write rule,
+        inside the caller's transaction, which already holds the user's lock: for a caller
+        that changes another table in the same transaction (accepting a proposal). The entry
+        now (None once deleted; a delete of a missing key changes nothing) and the total."""
+        connection = session.connection()
+        if value is not None:
+            self.rules.check_key(key)
+            clean = self.rules.clean_value(value)
+            written = self._set_locked(
+                connection,
+                user_id,
+                key,
+                clean,
+                self.tokens.count(clean),
+                source,
+                conversation_id,
+            )
+            return written.entry, written.total_tokens
+        self.rules.check_key_format(key)
+        row = connection.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
+        if row is not None:
+            self._delete_locked(connection, user_id, row, source, conversation_id)
+        return None, connection.execute(statements.TOTAL, {"user_id": user_id}).scalar_one()
+
+    def _set_locked(
+        self,
+        connection: Executor,
+        user_id: str,
+        key: str,
+        value: str,
+        tokens: int,
+        source: ChangeSource,
+        conversation_id: str | None,
+    ) -> Written:
+        """`set` inside a transaction that holds the user's lock (the value already clean)."""
+        row = connection.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
+        total = connection.execute(statements.TOTAL, {"user_id": user_id}).scalar_one()
+        if row is not None and row.value == value:
+            return Written(entry=Entry(*row[1:]), created=False, total_tokens=total)
+        replaced = row.token_count if row else 0
+        self._check_limit(total, tokens, replaced=replaced)
+        now = utcnow()
+        if row is None:
+            entry = Entry(key, value, tokens, source, now, now)
+            connection.execute(
+                statements.INSERT_ENTRY,
+                {
+                    "user_id": user_id,
+                    "key": key,
+                    "value": value,
+                    "token_count": tokens,
+                    "source": source,
+                    "created_at": now,
+                    "updated_at": now,
+                },
+            )
+        else:
+            entry = Entry(key, value, tokens, source, row.created_at, now)
+            connection.execute(
+                statements.REPLACE_ENTRY,
+                {
+                    "entry_id": row.id,
+                    "value": value,
+                    "token_count": tokens,
+                    "source": source,
+                    "updated_at": now,
+                },
+            )
+        change_id = self._record(
+            connection,
+            user_id,
+            key,
+            "set",
+            row.value if row else None,
+            value,
+            source,
+            conversation_id,
+        )
+        connection.execute(statements.BUMP, {"user_id": user_id})
+        return Written(
+            entry=entry,
+            created=row is None,
+            total_tokens=total - replaced + tokens,
+            change_id=change_id,
+        )
+
+    def _delete_locked(
+        self,
+        connection: Executor,
+        user_id: str,
+        row: Any,
+        source: ChangeSource,
+        conversation_id: str | None,
+    ) -> tuple[Entry, int | None]:
+        """`delete` of the entry `row` (an `ENTRY_AT_KEY` row) inside a transaction that holds
+        the user's lock; the entry and change id."""
+        connection.execute(statements.DELETE_ENTRY, {"entry_id": row.id})
+        change_id = self._record(
+            connection, user_id, row.key, "delete", row.value, None, source, conversation_id
+        )
+        connection.execute(statements.BUMP, {"user_id": user_id})
+        return Entry(*row[1:]), change_id
+
+    def _record(
+        self,
+        connection: Executor,
+        user_id: str,
+        key: str,
+        op: Literal["set", "delete"],
+        old_value: str | None,
+        new_value: str | None,
+        source: ChangeSource,
+        conversation_id: str | None,
+    ) -> int | None:
+        """Record a change and drop the user's expired ones, in the write's transaction."""
+        self.history_log.prune(connection, user_id)
+        return self.history_log.record(
+            connection, user_id, key, op, old_value, new_value, source, conversation_id
+        )
+
+    def import_document(
+        self,
+        user_id: str,
+        items: Iterable[tuple[str, str]],
+        *,
+        mode: ImportMode = "merge",
+    ) -> Imported:
+        """Write many entries at once, all or none, with source `import`.
+
+        Every entry is checked against every rule, and the resulting total against
+        `tokenLimit`, before anything is written; the error names the offending `key` in its
+        details. A key twice in one document is refused. `merge` keeps the user's other
+        entries; `replace` deletes them (each delete recorded).
+        """
+        counted = count_document(self.rules, self.tokens, items)
+        with self.database.writing_connection() as connection:
+            self.database.lock_user(connection, user_id)
+            existing = {
+                row.key: row
+                for row in connection.execute(statements.ENTRIES_OF_USER, {"user_id": user_id})
+            }
+            dropped = [row for key, row in existing.items() if key not in counted]
+            check_import_limit(
+                self.rules.token_limit, existing, dropped if mode == "replace" else [], counted
+            )
+            changes: list[dict[str, Any]] = []
+            for gone in dropped if mode == "replace" else []:
+                changes.append(import_change(gone.key, "delete", gone.value, None))
+                connection.execute(statements.DELETE_ENTRY, {"entry_id": gone.id})
+            now = utcnow()
+            for key, (value, tokens) in counted.items():
+                row = existing.get(key)
+                if row is not None and row.value == value:
+                    continue
+                changes.append(import_change(key, "set", row.value if row else None, value))
+                if row is None:
+                    connection.execute(
+                        statements.INSERT_ENTRY,
+                        {
+                            "user_id": user_id,
+                            "key": key,
+                            "value": value,
+                            "token_count": tokens,
+                            "source": "import",
+                            "created_at": now,
+                            "updated_at": now,
+                        },
+                    )
+                else:
+                    connection.execute(
+                        statements.REPLACE_ENTRY,
+                        {
+                            "entry_id": row.id,
+                            "value": value,
+                            "token_count": tokens,
+                            "source": "import",
+                            "updated_at": now,
+                        },
+                    )
+            if changes:
+                self.history_log.prune(connection, user_id)
+                self.history_log.record_many(connection, user_id, changes)
+                connection.execute(statements.BUMP, {"user_id": user_id})
+            total = connection.execute(statements.TOTAL, {"user_id": user_id}).scalar_one()
+        return Imported(
+            imported=len(counted),
+            deleted=len(dropped) if mode == "replace" else 0,
+            total_tokens=total,
+        )
+
+    def revert(
+        self,
+        user_id: str,
+        key: str,
+        change_id: int,
+        *,
+        conversation_id: str | None = None,
+    ) -> Reverted:
+        """Set `key` back to its value right after change `change_id` (deleted, if that
+        change was a delete), as a write with source `revert` under every write rule.
+
+        `NotFound` when the change is not this user's, not this key's, or no longer kept.
+        """
+        self.rules.check_key_format(key)
+        with self.database.writing_connection() as connection:
+            self.database.lock_user(connection, user_id)
+            target = self.history_log.find(connection, user_id, key, change_id)
+            if target is None:
+                raise NotFound(f"no change {change_id} of key {key!r}")
+            if target.new_value is not None:
+                self.rules.check_key(key)
+                value = self.rules.clean_value(target.new_value)
+                written = self._set_locked(
+                    connection,
+                    user_id,
+                    key,
+                    value,
+                    self.tokens.count(value),
+                    "revert",
+                    conversation_id,
+                )
+                return Reverted(written.entry, written.total_tokens, written.change_id)
+            row = connection.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
+            recorded = None
+            if row is not None:
+                _, recorded = self._delete_locked(
+                    connection, user_id, row, "revert", conversation_id
+                )
+            total = connection.execute(statements.TOTAL, {"user_id": user_id}).scalar_one()
+            return Reverted(None, total, recorded)
+
+    def clear_history(self, user_id: str) -> int:
+        """Erase the user's change history (entries stay); how many changes were erased."""
+        with self.database.writing() as session:
+            self.database.lock_user(session, user_id)
+            return self.history_log.clear(session, user_id)
+
+    def erase_user(self, user_id: str) -> Erased:
+        """Delete every row kvmem holds for the user, from every table, in one transaction
+        that also fences the user (see `kvmem.db.erasure`); on SQLite the deleted text is then
+        gone from the database files too (`secure_delete`, and the WAL checkpointed)."""
+        with self.database.writing() as session:
+            self.database.lock_user(session, user_id)
+            erased = erase_user_rows(session, user_id)
+            # Taken last: work that began while the rows were being deleted is fenced too.
+            fence_user(session, user_id, utcnow())
+        if not self.database.truncate_wal():
+            log.warning(
+                "erased user %s; the WAL could not be emptied now (readers kept it "
+                "busy): the next checkpoint does it",
+                user_id,
+            )
+        return erased
+
+    def set_memories_enabled(self, user_id: str, enabled: bool) -> bool:
+        """Turn memory on or off for the user's chats."""
+        with self.database.writing_connection() as connection:
+            self.database.lock_user(connection, user_id)
+            connection.execute(statements.SET_ENABLED, {"user_id": user_id, "on": enabled})
+        return enabled
+
+    def _check_limit(self, total: int, requested: int, *, replaced: int) -> None:
+        limit = self.rules.token_limit
+        if limit is not None and total - replaced + requested > limit:
+            raise MemoryFull(
+                f"storing {requested} tokens would take memory to {total - replaced + requested} "
+                f"tokens, over the limit of {limit}",
+                token_limit=limit,
+                total_tokens=total,
+                requested_tokens=requested,
+            )

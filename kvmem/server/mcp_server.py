@@ -1,0 +1,341 @@
+"""kvmem as a Model Context Protocol server, so MCP clients (desktop assistants, IDE agents)
+read and write the same memory: tools `memory_list`, `memory_get`, `memory_set`,
+`memory_delete`, `memory_history`, `memory_proposals`, `memory_proposal_accept`,
+`memory_proposal_reject`, and the resource `memory://block`.
+
+The one module that imports the `mcp` SDK, itself imported only when first needed (`kvmem
+mcp`, or the first request to `/mcp`). It serves the SDK's low-level `Server` over two
+transports: stdio (`kvmem mcp`, acting for one user) and streamable HTTP at `/mcp` (each
+request acting for the user kvmem's auth finds in its headers, as on every other route;
+`mcp_http.py` mounts the endpoint and runs the transport `http_sessions` makes).
+Writes go through `MemoryStore` with source `mcp`, so every rule holds without new code;
+a refused write is an error result whose text is what the memory agent is told.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import anyio.to_thread
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvmem.agent.tools import KEY_DESCRIPTION, refusal_message, tool_schema
+from kvmem.errors import KvmemError, NotFound, describe_problems
+from kvmem.memory.overview import memory_overview
+from kvmem.memory.write_outcomes import written_json
+from kvmem.server.services import Services
+
+log = logging.getLogger("kvmem.mcp")
+
+BLOCK_URI = "memory://block"
+DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT = 50, 500  # as GET /memory/history
+# Where `/mcp` leaves the authenticated user for the tool handlers (which see the request).
+USER_SCOPE_KEY = "kvmem.user"
+INSTRUCTIONS = (
+    "kvmem holds a small key/value memory about the user that is shown to their assistants "
+    "in every conversation. Read it with memory_list or memory_get; change it with "
+    "memory_set and memory_delete only when the user asks you to remember, update or forget "
+    "something. The resource memory://block is the text injected into chats."
+)
+
+
+class ToolArguments(BaseModel):
+    """Base of the tools' argument models: unknown arguments are refused, types not coerced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ListArguments(ToolArguments):
+    """List everything remembered about the user: each entry's key, value, token count,
+    source and dates (newest first), the total tokens against the token limit, and the
+    allowed keys. Call it before changing memory to see what is already stored."""
+
+
+class GetArguments(ToolArguments):
+    """Read one memory about the user by its key."""
+
+    key: str = Field(description=KEY_DESCRIPTION)
+
+
+class SetArguments(ToolArguments):
+    """Remember something about the user: store `value` under `key`, replacing what the key
+    held (so merge anything worth keeping into the new value). Use it only when the user asks
+    to remember or update something; keep values short and factual."""
+
+    key: str = Field(description=KEY_DESCRIPTION)
+    value: str = Field(description="The complete value to store.")
+
+
+class DeleteArguments(ToolArguments):
+    """Forget a memory about the user: delete the entry at `key`."""
+
+    key: str = Field(description=KEY_DESCRIPTION)
+
+
+class HistoryArguments(ToolArguments):
+    """Show how the user's memory changed, newest first: each change's id, key, op (set or
+    delete), old and new value, source (manual, agent, import, revert, mcp), conversation and
+    time. Give `key` for one key's changes (also after it was deleted); for older changes,
+    call again with `before` set to the `next` of the previous answer."""
+
+    key: str | None = Field(None, description=f"{KEY_DESCRIPTION} Leave out for all keys.")
+    limit: int = Field(
+        DEFAULT_HISTORY_LIMIT,
+        ge=1,
+        le=MAX_HISTORY_LIMIT,
+        description="How many changes to return at most.",
+    )
+    before: int | None = Field(None, ge=1, description="Only changes with a smaller id.")
+
+
+class ProposalsArguments(ToolArguments):
+    """List the memory agent's proposals waiting for the user's review, newest first: each
+    one's id, key, op (set or delete), proposed value, conversation and time. Nothing of
+    them is remembered until the user keeps one."""
+
+
+class ProposalArguments(ToolArguments):
+    """Keep one of the memory agent's proposals: apply it to memory now, under every rule
+    (a proposal that no longer fits the token limit stays pending). Only when the user says so."""
+
+    id: int = Field(ge=1, description="The proposal's id, from memory_proposals.")
+
+
+class RejectArguments(ProposalArguments):
+    """Dismiss one of the memory agent's proposals: it is dropped and nothing is remembered."""
+
+
+TOOLS: dict[str, type[ToolArguments]] = {
+    "memory_list": ListArguments,
+    "memory_get": GetArguments,
+    "memory_set": SetArguments,
+    "memory_delete": DeleteArguments,
+    "memory_history": HistoryArguments,
+    "memory_proposals": ProposalsArguments,
+    "memory_proposal_accept": ProposalArguments,
+    "memory_proposal_reject": RejectArguments,
+}
+
+
+# Hints for clients that ask before running a tool: reads change nothing, a set replaces a
+# value (the same call twice is the same as once), a delete loses one; nothing leaves kvmem.
+READ = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
+ANNOTATIONS = {
+    "memory_list": READ,
+    "memory_get": READ,
+    "memory_history": READ,
+    "memory_proposals": READ,
+    # Each answers once: a second call finds the proposal gone.
+    "memory_proposal_accept": types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+    ),
+    "memory_proposal_reject": types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+    ),
+    "memory_set": types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+    ),
+    "memory_delete": types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+    ),
+}
+
+
+def tool_definitions(valid_keys: list[str] | None) -> list[types.Tool]:
+    """The tools as MCP lists them, with schemas generated from their argument models (the
+    key's description lists `validKeys` when set), as the memory agent's are."""
+    tools = []
+    for name, arguments in TOOLS.items():
+        function = tool_schema(name, arguments, valid_keys)["function"]
+        tools.append(
+            types.Tool(
+                name=name,
+                description=" ".join(function["description"].split()),
+                input_schema=function["parameters"],
+                annotations=ANNOTATIONS[name],
+            )
+        )
+    return tools
+
+
+class MemoryMcp:
+    """The MCP server's handlers over one app's services, for the user each request acts for."""
+
+    def __init__(self, services: Services, *, stdio_user: str | None = None) -> None:
+        self.services = services
+        self.stdio_user = stdio_user
+        self._tools = tool_definitions(services.config.memory.valid_keys)
+
+    def server(self) -> Server[Any]:
+        """A low-level SDK `Server` with kvmem's tools and resource."""
+        return Server(
+            "kvmem",
+            version=_version(),
+            instructions=INSTRUCTIONS,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
+        )
+
+    def user(self, ctx: ServerRequestContext[Any]) -> str:
+        """The user this message acts for: `/mcp`'s authenticated user, or stdio's user."""
+        request = ctx.request
+        if request is None:
+            if self.stdio_user is None:  # HTTP messages always carry their request
+                raise MCPError(code=types.INVALID_REQUEST, message="no authenticated user")
+            return self.stdio_user
+        user = request.scope.get(USER_SCOPE_KEY)
+        if not isinstance(user, str):
+            raise MCPError(code=types.INVALID_REQUEST, message="no authenticated user")
+        return user
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self._tools)
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        arguments_model = TOOLS.get(params.name)
+        if arguments_model is None:
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"Unknown tool: {params.name}. Tools: {', '.join(TOOLS)}",
+            )
+        user = self.user(ctx)
+        raw = params.arguments or {}
+        try:
+            arguments = arguments_model.model_validate(raw)
+        except ValidationError as exc:
+            problems = describe_problems(exc, "arguments")
+            return _error(f"Error: invalid arguments for {params.name}: {problems}.")
+        if self.services.config.memory.disabled:
+            return _error("Error: memory is disabled on this server (memory.disabled is true).")
+        try:
+            return await anyio.to_thread.run_sync(self._run_tool, params.name, user, arguments)
+        except KvmemError as exc:
+            key = getattr(arguments, "key", None)
+            if isinstance(exc, NotFound) and params.name == "memory_get":
+                return _error(f'No memory with key "{key}".')
+            if isinstance(arguments, ProposalArguments):  # memory_proposal_accept and _reject
+                if isinstance(exc, NotFound):
+                    return _error(f"No pending proposal with id {arguments.id}.")
+                return _error(f"Error: {exc.message}; the proposal stays pending.")
+            return _error(refusal_message(exc, key, self.services.config.memory.valid_keys))
+
+    def _run_tool(self, name: str, user: str, arguments: Any) -> types.CallToolResult:
+        """One tool call, in a worker thread (the store blocks)."""
+        store, config = self.services.store, self.services.config
+        if name == "memory_list":
+            return _data(memory_overview(store.snapshot(user), config))
+        if name == "memory_get":
+            return _data(store.get(user, arguments.key).as_json())
+        if name == "memory_set":
+            written = store.set(user, arguments.key, arguments.value, "mcp")
+            self.services.metrics.memory_write("mcp", "set")
+            entry = written.entry
+            return _result(
+                f'Memory set for key "{entry.key}" ({entry.token_count} tokens)',
+                written_json(written, config.memory.token_limit),
+            )
+        if name == "memory_delete":
+            entry = store.delete(user, arguments.key, "mcp")
+            self.services.metrics.memory_write("mcp", "delete")
+            return _result(f'Memory deleted for key "{entry.key}"', {"deleted": entry.as_json()})
+        if name == "memory_history":
+            page = store.history(user, arguments.key, arguments.limit, arguments.before)
+            return _data(page.as_json())
+        proposals = self.services.proposals
+        if name == "memory_proposals":
+            return _data({"proposals": [p.as_json() for p in proposals.pending(user)]})
+        if name == "memory_proposal_accept":
+            accepted = proposals.accept(user, arguments.id)
+            self.services.metrics.memory_write("agent", "set" if accepted.entry else "delete")
+            return _result(
+                f"Proposal {arguments.id} kept", written_json(accepted, config.memory.token_limit)
+            )
+        if name == "memory_proposal_reject":
+            proposals.reject(user, arguments.id)
+            return _result(f"Proposal {arguments.id} dismissed", {"rejected": 1})
+        raise AssertionError(f"tool {name} has no implementation")  # TOOLS and this agree
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        block = types.Resource(
+            uri=BLOCK_URI,
+            name="memory_block",
+            title="Memory block",
+            description="The memory block kvmem appends to this user's system message in "
+            "every chat (empty when memory is off or holds nothing).",
+            mime_type="text/plain",
+        )
+        return types.ListResourcesResult(resources=[block])
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        if str(params.uri) != BLOCK_URI:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {params.uri}")
+        user = self.user(ctx)
+        try:
+            context = await self.services.memory.context(user)
+        except KvmemError as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from exc
+        contents = types.TextResourceContents(
+            uri=BLOCK_URI, text=context.block, mime_type="text/plain"
+        )
+        return types.ReadResourceResult(contents=[contents])
+
+
+def _result(text: str, structured: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)], structured_content=structured
+    )
+
+
+def _data(value: dict[str, Any]) -> types.CallToolResult:
+    """A read's result: the same JSON as the REST route, as text and as structured content."""
+    return _result(json.dumps(value, ensure_ascii=False), value)
+
+
+def _error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("kvmem")
+
+
+async def serve_stdio(services: Services, user_id: str) -> None:
+    """Serve MCP on stdin/stdout for `user_id` until the client closes the pipe."""
+    server = MemoryMcp(services, stdio_user=user_id).server()
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def http_sessions(services: Services) -> StreamableHTTPSessionManager:
+    """The SDK's streamable HTTP transport over kvmem's MCP server, for `/mcp` (`McpHttp` in
+    mcp_http.py runs it and hands it each request, with its user under `USER_SCOPE_KEY`).
+
+    Stateless JSON mode: each POST carries its own credentials and is served on its own, so
+    there is no session that another credential could ride on, and replicas need nothing
+    shared.
+    """
+    return StreamableHTTPSessionManager(
+        app=MemoryMcp(services).server(),
+        json_response=True,
+        stateless=True,
+        max_request_body_size=services.config.server.max_body_bytes,
+    )

@@ -1,0 +1,126 @@
+"""`/memory` and `/preferences`: reading and editing a user's entries by hand.
+
+The history, revert, export/import and erasure routes live in `kvmem.server.routes.history`, the
+proposal routes in `kvmem.server.routes.proposals`; this module's `routes` lists them in the order
+that keeps `/memory/{key}` from taking `/memory/history`, `/memory/export` and
+`/memory/proposals`.
+"""
+
+from __future__ import annotations
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from kvmem.errors import BadRequest, PersonalizeDisabled, ReviewNotPerUser
+from kvmem.memory.overview import memory_overview
+from kvmem.memory.proposals import review_in_effect
+from kvmem.memory.write_outcomes import written_json
+from kvmem.server.bodies import MemoryValue, Preferences, read_model
+from kvmem.server.routes import history, proposals, route
+from kvmem.server.services import Services, require_memory, services_of, user_of
+
+
+async def list_memories(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    snapshot = await run_in_threadpool(services.store.snapshot, user)
+    return JSONResponse(memory_overview(snapshot, services.config))
+
+
+async def clear_memories(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    deleted = await run_in_threadpool(services.store.clear, user)
+    services.metrics.memory_write("manual", "clear")
+    return JSONResponse({"deleted": deleted})
+
+
+async def get_memory(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    entry = await run_in_threadpool(services.store.get, user, request.path_params["key"])
+    return JSONResponse(entry.as_json())
+
+
+async def put_memory(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    key = services.store.rules.check_key(request.path_params["key"])
+    body = await read_model(request, MemoryValue, services.config.server.max_body_bytes)
+    written = await services.store.set_async(user, key, body.value, "manual")
+    services.metrics.memory_write("manual", "set")
+    return JSONResponse(
+        written_json(written, services.config.memory.token_limit),
+        status_code=201 if written.created else 200,
+    )
+
+
+async def delete_memory(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    await run_in_threadpool(services.store.delete, user, request.path_params["key"])
+    services.metrics.memory_write("manual", "delete")
+    return Response(status_code=204)
+
+
+async def get_preferences(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    return JSONResponse(await run_in_threadpool(_preferences, services, user))
+
+
+async def patch_preferences(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    body = await read_model(request, Preferences, services.config.server.max_body_bytes)
+    if body.memories is None and body.review is None:
+        raise BadRequest("invalid request body: give memories, review or both")
+    # Both refusals come before any change: a body is applied whole or not at all.
+    if body.memories is not None and not services.config.memory.personalize:
+        raise PersonalizeDisabled(
+            "users cannot turn memory off on this server (memory.personalize is false)"
+        )
+    if body.review is not None and services.config.memory.review != "per_user":
+        raise ReviewNotPerUser(
+            f"users cannot choose review on this server (memory.review is "
+            f"{services.config.memory.review}, not per_user)"
+        )
+    return JSONResponse(await run_in_threadpool(_set_preferences, services, user, body))
+
+
+def _preferences(services: Services, user: str) -> dict[str, bool]:
+    """The body of `/preferences`: the opt-out switch, and whether the agent's writes wait
+    for review (the operator's `memory.review`, or under `per_user` the user's own switch)."""
+    memory = services.config.memory
+    user_review = memory.review == "per_user" and services.proposals.user_review(user)
+    return {
+        "memories": services.store.memories_enabled(user),
+        "review": review_in_effect(memory, user_review),
+    }
+
+
+def _set_preferences(services: Services, user: str, body: Preferences) -> dict[str, bool]:
+    if body.memories is not None:
+        services.store.set_memories_enabled(user, body.memories)
+    if body.review is not None:
+        services.proposals.set_user_review(user, body.review)
+    return _preferences(services, user)
+
+
+routes = [
+    route("/memory", GET=list_memories, DELETE=clear_memories),
+    *history.fixed_routes,
+    *proposals.routes,
+    route("/memory/{key}", GET=get_memory, PUT=put_memory, DELETE=delete_memory),
+    *history.key_routes,
+    route("/preferences", GET=get_preferences, PATCH=patch_preferences),
+    *history.me_routes,
+]

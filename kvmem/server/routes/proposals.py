@@ -1,0 +1,66 @@
+"""`/memory/proposals`: the memory agent's writes waiting for the person's review.
+
+Registered before `/memory/{key}` (see `kvmem.server.routes.memory`); `proposals` is a reserved key.
+An id that is not one of this user's pending proposals, another user's included, is 404.
+"""
+
+from __future__ import annotations
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from kvmem.errors import NotFound
+from kvmem.memory.write_outcomes import written_json
+from kvmem.server.routes import route
+from kvmem.server.services import require_memory, services_of, user_of
+
+MAX_ID_DIGITS = 18  # within a 64-bit integer
+
+
+def _proposal_id(request: Request) -> int:
+    raw = request.path_params["id"]
+    if not raw.isascii() or not raw.isdigit() or len(raw) > MAX_ID_DIGITS:
+        raise NotFound(f"no pending proposal {raw[:40]!r}")
+    return int(raw)
+
+
+async def list_proposals(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    pending = await run_in_threadpool(services.proposals.pending, user)
+    return JSONResponse({"proposals": [proposal.as_json() for proposal in pending]})
+
+
+async def reject_all(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    rejected = await run_in_threadpool(services.proposals.reject_all, user)
+    return JSONResponse({"rejected": rejected})
+
+
+async def accept(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    proposal_id = _proposal_id(request)
+    accepted = await run_in_threadpool(services.proposals.accept, user, proposal_id)
+    services.metrics.memory_write("agent", "set" if accepted.entry else "delete")
+    return JSONResponse(written_json(accepted, services.config.memory.token_limit))
+
+
+async def reject(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    await run_in_threadpool(services.proposals.reject, user, _proposal_id(request))
+    return Response(status_code=204)
+
+
+routes = [
+    route("/memory/proposals", GET=list_proposals, DELETE=reject_all),
+    route("/memory/proposals/{id}/accept", POST=accept),
+    route("/memory/proposals/{id}/reject", POST=reject),
+]

@@ -1,0 +1,68 @@
+"""What handlers work with: the resources the app's lifespan owns, and the request's user."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from kvmem.agent.memory_agent import MemoryAgent
+from kvmem.agent.turn_memory import MemoryService
+from kvmem.agent.usage import UsageStore
+from kvmem.chat.conversations import ConversationStore
+from kvmem.config import Config
+from kvmem.db.engine import Database
+from kvmem.errors import MemoryDisabled
+from kvmem.memory.proposals import ProposalStore
+from kvmem.memory.store import MemoryStore
+from kvmem.metrics import Metrics
+from kvmem.server.auth import Authenticator, accepts_session
+from kvmem.server.credentials import KeyStore
+from kvmem.tokens import TokenCounter
+from kvmem.upstream.base import Target
+from kvmem.upstream.model_client import ModelClient
+
+
+@dataclass(frozen=True)
+class Services:
+    """The app's long-lived resources, built by `create_app`'s lifespan."""
+
+    config: Config
+    database: Database
+    tokens: TokenCounter
+    store: MemoryStore
+    keys: KeyStore
+    auth: Authenticator
+    conversations: ConversationStore
+    client: ModelClient
+    chat_target: Target
+    agent: MemoryAgent
+    memory: MemoryService
+    metrics: Metrics
+    usage: UsageStore
+    proposals: ProposalStore
+
+
+def services_of(request: Request) -> Services:
+    """The services handed to this request by the lifespan."""
+    return request.state.services
+
+
+async def user_of(request: Request, body_user: str | None = None) -> str:
+    """The id of the user this request acts for (see `Authenticator.identify`)."""
+    auth = services_of(request).auth
+    session_ok = accepts_session(request.url.path, request.method)
+    # A service key names its user in a header: only user keys and session tokens are looked
+    # up in the database, so only they are worth a trip to a thread.
+    if auth.needs_lookup and not auth.holds_service_key(request.headers):
+        return await run_in_threadpool(
+            lambda: auth.identify(request.headers, body_user, session_ok=session_ok)
+        )
+    return auth.identify(request.headers, body_user, session_ok=session_ok)
+
+
+def require_memory(services: Services) -> None:
+    """Refuse with 403 `memory_disabled` when `memory.disabled` is true."""
+    if services.config.memory.disabled:
+        raise MemoryDisabled("memory is disabled on this server (memory.disabled is true)")
