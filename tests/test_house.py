@@ -11,7 +11,14 @@ its rule: "Dependencies point down this list: a module imports only modules list
 as `routes/` (all of its modules). Outside the map: `kvmem/__init__.py`, the package itself
 (its version: it imports nothing of kvmem, and anyone may import it), and `kvmem/__main__.py`
 (`python -m kvmem`: it may import anything, and nothing imports it). `kvmem.migrations`
-(Alembic's scripts, `migrations/` at the top of the repository) is not in the map either.
+(Alembic's scripts, `migrations/` at the top of the repository) is not in the map either, nor
+is a package's face: the `__init__.py` of a package whose modules the map lists one by one
+(`memory/`, `agent/`, ...), which says what the package offers and imports nothing of kvmem.
+
+The same rule holds between packages: the map lists each package's modules together (the
+modules at the top of `kvmem/` first, as one floor), and a package imports only packages listed
+above it. The tree itself stays a table of contents: at most `MAX_TOP_ENTRIES` entries at the
+top of `kvmem/`, at most `MAX_FOLDER_MODULES` modules in any folder.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ MAP_DOCUMENT = "docs/development.md"
 ROOT_RANK = -1  # the package itself: above every row
 MAIN_RANK = 10**6  # `__main__`: below every row
 UNMAPPED = ("migrations",)  # subpackages that live elsewhere and are not in the map
+TOP_FLOOR = "(top)"  # the floor of the modules at the top of the package, in package order
+MAX_TOP_ENTRIES = 20
+MAX_FOLDER_MODULES = 16
 
 
 @dataclass(frozen=True)
@@ -211,6 +221,8 @@ def read_map(rows: list[Row], modules: dict[str, Path], package: str) -> ModuleM
                 label[member] = f"`{entry}`"
                 if is_own:
                     specific.add(member)
+    for face in faces_of(modules, package):
+        rank.setdefault(face, ROOT_RANK)
     outside = {f"{package}.{name}" for name in UNMAPPED}
     unlisted = [
         m
@@ -218,6 +230,68 @@ def read_map(rows: list[Row], modules: dict[str, Path], package: str) -> ModuleM
         if m not in rank and not any(m == o or m.startswith(o + ".") for o in outside)
     ]
     return ModuleMap(rank, label, unlisted, missing)
+
+
+def faces_of(modules: dict[str, Path], package: str) -> list[str]:
+    """The `__init__` of each subpackage (not `package` itself): its face."""
+    return [
+        name
+        for name, path in modules.items()
+        if name != package and path.name == "__init__.py" and not _unmapped(name, package)
+    ]
+
+
+def _unmapped(name: str, package: str) -> bool:
+    return any(name == f"{package}.{o}" or name.startswith(f"{package}.{o}.") for o in UNMAPPED)
+
+
+def floor_of(module: str, modules: dict[str, Path], package: str) -> str:
+    """The package of `package` that a module belongs to (its first folder, the face
+    included), `TOP_FLOOR` for a module at the top, "" for `package` itself and `__main__`."""
+    parts = module.split(".")[1:]
+    if not parts or parts == ["__main__"]:
+        return ""
+    first = f"{package}.{parts[0]}"
+    return parts[0] if modules.get(first, Path()).name == "__init__.py" else TOP_FLOOR
+
+
+def entry_floor(entry: str) -> str:
+    """The package a module map entry names a module of (`memory/store.py`: `memory`)."""
+    return entry.split("/")[0] if "/" in entry else TOP_FLOOR
+
+
+def floors_in_map_order(rows: list[Row]) -> tuple[list[str], list[str]]:
+    """The packages in the order the map lists them, and each package whose rows are not
+    together (another package's row between two of its own)."""
+    runs: list[str] = []
+    for row in rows:
+        for floor in dict.fromkeys(entry_floor(entry) for entry in row.names):
+            if not runs or runs[-1] != floor:
+                runs.append(floor)
+    scattered = sorted({floor for floor in runs if runs.count(floor) > 1})
+    return list(dict.fromkeys(runs)), scattered
+
+
+def package_arrows(arrows: list[Arrow], modules: dict[str, Path], package: str) -> list[Arrow]:
+    """Each import from a module of one package to a module of another, as an arrow between
+    the two packages (the first such import between them says where)."""
+    found: dict[tuple[str, str], Arrow] = {}
+    for arrow in arrows:
+        source = floor_of(arrow.source, modules, package)
+        target = floor_of(arrow.target, modules, package)
+        if source and target and source != target:
+            found.setdefault((source, target), Arrow(source, target, arrow.path, arrow.line))
+    return list(found.values())
+
+
+def package_back_arrows(arrows: list[Arrow], order: list[str]) -> list[str]:
+    """Each package import that points at a package the map lists below the importer."""
+    rank = {floor: number for number, floor in enumerate(order)}
+    return [
+        f"{a.where}: package {a.source} imports package {a.target}, which the map lists below it"
+        for a in arrows
+        if a.source in rank and a.target in rank and rank[a.target] > rank[a.source]
+    ]
 
 
 def back_arrows(arrows: list[Arrow], module_map: ModuleMap) -> list[str]:
@@ -287,6 +361,54 @@ def test_the_package_itself_and_main_keep_to_their_places(arrows: list[Arrow]) -
         if a.source == PACKAGE or a.target == f"{PACKAGE}.__main__"
     ]
     assert misplaced == []
+
+
+def test_package_faces_import_nothing_of_kvmem(arrows: list[Arrow]) -> None:
+    """A package's face (`memory/__init__.py`) says what it offers; importing a module of the
+    package runs it, so it loads nothing else."""
+    faces = set(faces_of(modules_of(REPO, PACKAGE), PACKAGE))
+    mapped_whole = {"kvmem.cli", "kvmem.server.routes"}  # packages with code in __init__
+    loading = [
+        f"{a.where}: {a.source} imports {a.target}"
+        for a in arrows
+        if a.source in faces - mapped_whole
+    ]
+    assert loading == []
+
+
+def test_the_map_lists_each_package_together() -> None:
+    document = map_document(REPO)
+    _, scattered = floors_in_map_order(map_rows(document.read_text(encoding="utf-8"), "map"))
+    assert scattered == [], f"packages whose rows the map splits: {', '.join(scattered)}"
+
+
+def test_packages_import_only_packages_listed_above_them(arrows: list[Arrow]) -> None:
+    modules = modules_of(REPO, PACKAGE)
+    between = package_arrows(arrows, modules, PACKAGE)
+    described = [
+        "a circle through " + ", ".join(sorted({a.source for a in cycle}))
+        for cycle in cycles_of(between)
+    ]
+    assert described == [], "package cycles:\n" + "\n".join(described)
+    document = map_document(REPO)
+    order, _ = floors_in_map_order(map_rows(document.read_text(encoding="utf-8"), "map"))
+    assert order[0] == TOP_FLOOR, "the modules at the top of kvmem/ are the ground floor"
+    broken = package_back_arrows(between, order)
+    assert broken == [], "imports against the packages' order:\n" + "\n".join(broken)
+
+
+def test_the_tree_reads_as_a_table_of_contents() -> None:
+    """At most `MAX_TOP_ENTRIES` files and folders at the top of `kvmem/` (caches aside), and
+    at most `MAX_FOLDER_MODULES` modules in any folder."""
+    top = REPO / PACKAGE
+    entries = [p.name for p in top.iterdir() if p.name != "__pycache__"]
+    assert len(entries) <= MAX_TOP_ENTRIES, sorted(entries)
+    crowded = {
+        str(folder.relative_to(REPO)): count
+        for folder in [top, *(p for p in top.rglob("*") if p.is_dir())]
+        if (count := len(list(folder.glob("*.py")))) > MAX_FOLDER_MODULES
+    }
+    assert crowded == {}
 
 
 # The checks themselves, on a small package made for the purpose: they see the imports that
@@ -363,3 +485,20 @@ def test_the_checks_name_each_broken_rule(sample: Path) -> None:
         "sample/mid.py:4: sample.mid imports sample.top, which the map lists below it "
         "(`top.py`, row 4; `mid.py` is row 2)"
     ]
+
+
+def test_the_checks_see_packages_out_of_order(sample: Path) -> None:
+    """In the sample, the top's `top.py` imports `web/`, which imports the top's `low.py`: a
+    circle between two packages, and the map lists the top's rows on both sides of `web/`."""
+    modules = modules_of(sample, "sample")
+    between = package_arrows(arrows_of(sample, "sample"), modules, "sample")
+    assert {(a.source, a.target) for a in between} == {(TOP_FLOOR, "web"), ("web", TOP_FLOOR)}
+    assert [sorted({a.source for a in cycle}) for cycle in cycles_of(between)] == [
+        sorted([TOP_FLOOR, "web"])
+    ]
+    order, scattered = floors_in_map_order(map_rows(SAMPLE_MAP, "sample.md"))
+    assert (order, scattered) == ([TOP_FLOOR, "web"], [TOP_FLOOR])
+    assert package_back_arrows(between, ["web", TOP_FLOOR]) == [
+        "sample/web/forms.py:1: package web imports package (top), which the map lists below it"
+    ]
+    assert faces_of(modules, "sample") == ["sample.web"]
