@@ -502,3 +502,18 @@ def test_the_checks_see_packages_out_of_order(sample: Path) -> None:
         "sample/web/forms.py:1: package web imports package (top), which the map lists below it"
     ]
     assert faces_of(modules, "sample") == ["sample.web"]
+
+
+def test_pyproject_ships_every_package() -> None:
+    """`pip install .` (not editable) installs only the packages pyproject names: a new folder
+    missing there works in the editable checkout and is gone once installed."""
+    import tomllib
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+        "setuptools"
+    ]
+    folders = {
+        ".".join(path.parent.relative_to(REPO).parts)
+        for path in (REPO / PACKAGE).rglob("__init__.py")
+    }
+    assert folders <= set(setuptools["packages"]), sorted(folders - set(setuptools["packages"]))
