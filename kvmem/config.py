@@ -121,7 +121,7 @@ class DatabaseConfig(Section):
             make_url(url)
         except ArgumentError as exc:
             raise ValueError(
-                "expected a SQLAlchemy database URL such as sqlite:///kvmem.db.engine or "
+                "expected a SQLAlchemy database URL such as sqlite:///kvmem.db or "
                 "postgresql+psycopg://user:password@host:5432/kvmem"
             ) from exc
         return url

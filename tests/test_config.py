@@ -99,7 +99,7 @@ CUSTOM_ENV = {
 
 
 def default_database(folder: Path) -> DatabaseConfig:
-    """The default `sqlite:///kvmem.db.engine`, resolved against the config file's folder."""
+    """The default `sqlite:///kvmem.db`, resolved against the config file's folder."""
     return DatabaseConfig(url=f"sqlite:///{folder.resolve() / 'kvmem.db'}")
 
 
