@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     SecretStr,
     field_validator,
+    model_validator,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -135,6 +136,41 @@ class DatabaseConfig(Section):
             yield name, self.masked_url() if name == "url" else value
 
 
+# RFC 7518 section 3.2: an HMAC key at least as long as the hash's output.
+JWT_MIN_SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
+JwtAlgorithm = Literal["HS256", "HS384", "HS512"]
+
+
+def _hs256() -> list[JwtAlgorithm]:
+    return ["HS256"]
+
+
+class JwtConfig(Section):
+    """`auth.jwt`: the signed token a front end sends to name its user (Open WebUI's
+    `X-OpenWebUI-User-Jwt`, HS256 with `FORWARD_USER_INFO_HEADER_JWT_SECRET`)."""
+
+    secret: SecretStr
+    header: str = Field("X-OpenWebUI-User-Jwt", min_length=1)
+    # Shared-secret algorithms only: `none` and public-key algorithms are never accepted.
+    algorithms: list[JwtAlgorithm] = Field(default_factory=_hs256, min_length=1)
+    issuer: str = Field("open-webui", min_length=1)
+    user_claim: str = Field("sub", min_length=1)
+    leeway_seconds: float = Field(30, ge=0)
+    # True: a service-key request without the token is 401 (no plain user-id headers).
+    required: bool = False
+
+    @model_validator(mode="after")
+    def _secret_long_enough(self) -> JwtConfig:
+        needed = max(JWT_MIN_SECRET_BYTES[algorithm] for algorithm in self.algorithms)
+        if len(self.secret.get_secret_value().encode()) < needed:
+            raise ValueError(
+                f"auth.jwt.secret must be at least {needed} bytes for "
+                f"{', '.join(self.algorithms)} (RFC 7518 section 3.2); use the same long "
+                "random value as Open WebUI's FORWARD_USER_INFO_HEADER_JWT_SECRET"
+            )
+        return self
+
+
 class AuthConfig(Section):
     """Who may call kvmem: `local` (one user, loopback only) or `keys` (bearer keys)."""
 
@@ -147,6 +183,11 @@ class AuthConfig(Section):
     )
     # How long a token from POST /sessions acts for its user.
     session_seconds: int = Field(3600, gt=0)
+    # Headers that name the conversation when X-Conversation-Id is absent, first present
+    # wins: Open WebUI sends X-OpenWebUI-Chat-Id when it forwards user info.
+    conversation_id_headers: list[str] = Field(default_factory=lambda: ["X-OpenWebUI-Chat-Id"])
+    # A signed user (Open WebUI's FORWARD_USER_INFO_HEADER_JWT_SECRET) instead of plain headers.
+    jwt: JwtConfig | None = None
 
 
 # One CSP source expression: a scheme, a host source or a quoted keyword, never a list
@@ -239,6 +280,27 @@ class HistoryConfig(Section):
     keep_days: int = Field(90, ge=0)
 
 
+class TasksConfig(Section):
+    """`memory.tasks`: which calls are a front end's own (a title, tags, ...), not a turn."""
+
+    # Recognise the task prompts Open WebUI and LibreChat send by default.
+    detect: bool = True
+    # Regular expressions searched in the last user message; a match is a task call.
+    patterns: list[str] = Field(default_factory=list)
+
+    @field_validator("patterns")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if not pattern:
+                raise ValueError("a task pattern must not be empty (it would match every call)")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from exc
+        return patterns
+
+
 class MemoryConfig(Section):
     """LibreChat's `memory:` block, with the same field names and meaning."""
 
@@ -254,6 +316,7 @@ class MemoryConfig(Section):
     # Whether the agent's writes wait for the person's "keep" (`kvmem.memory.proposals`): `off`
     # (LibreChat's behaviour), `on` for everyone, or `per_user` (PATCH /preferences).
     review: Literal["off", "on", "per_user"] = "off"
+    tasks: TasksConfig = TasksConfig()
 
     @field_validator("review", mode="before")
     @classmethod

@@ -71,6 +71,12 @@ class Metrics:
             buckets=BUCKETS,
             registry=registry,
         )
+        self.task_calls = Counter(
+            "kvmem_task_calls",
+            "A front end's own calls (title, tags, ...): no memory, no agent run, by task.",
+            ["task"],
+            registry=registry,
+        )
         self.agent_runs = Counter(
             "kvmem_agent_runs",
             "Chat requests by the memory agent's final state.",

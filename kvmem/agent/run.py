@@ -20,8 +20,18 @@ from kvmem.entries import iso, utcnow
 from kvmem.errors import KvmemError, UpstreamRateLimited, UpstreamRejected
 from kvmem.upstream.completion_shapes import malformed
 
+# `task`: a front end's own call (a title, tags, ...), which the agent never runs for.
 AgentState = Literal[
-    "disabled", "skipped", "gated", "over_budget", "busy", "running", "done", "failed", "timeout"
+    "disabled",
+    "skipped",
+    "gated",
+    "over_budget",
+    "busy",
+    "running",
+    "done",
+    "failed",
+    "timeout",
+    "task",
 ]
 
 
@@ -94,7 +104,7 @@ class AgentRun:
 
     @classmethod
     def finished(cls, state: AgentState) -> AgentRun:
-        """A run that never starts (`disabled`, `skipped` or `failed` before it began)."""
+        """A run that never starts (`disabled`, `skipped`, `task` or `failed` before it began)."""
         return cls(state=state)
 
     def main_ended(self, grace_seconds: float) -> None:

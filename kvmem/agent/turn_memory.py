@@ -335,6 +335,12 @@ class MemoryService:
         so every replica sees the same runs, plus this process's records not written yet)."""
         return self.agent.enabled and self.ledger.is_over_budget(user_id)
 
+    def task_call(self, task: str) -> TurnMemory:
+        """A front end's own call (a title, tags, ...): no block, no agent run, no markers;
+        counted in `kvmem_task_calls_total{task}`, not as an agent run."""
+        self.agent.metrics.task_calls.labels(task=task).inc()
+        return TurnMemory("", [], AgentRun.finished("task"))
+
     def apply_markers(self, memory: TurnMemory, user_id: str, markers: Sequence[Marker]) -> None:
         """An inline turn's main response is complete: apply the `markers` its reply closed
         (once; `main_ended` then starts their grace period)."""

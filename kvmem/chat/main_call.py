@@ -26,6 +26,7 @@ from typing import Any
 from kvmem.agent.markers import MarkerFilter, marker_limit
 from kvmem.agent.prompts import ChatLine, with_memory
 from kvmem.agent.turn_memory import MemoryService, TurnMemory
+from kvmem.chat.retrieved_context import persons_words
 from kvmem.errors import KvmemError
 from kvmem.upstream.base import Target
 from kvmem.upstream.model_client import ModelClient, chat_target
@@ -77,6 +78,7 @@ class MainCall:
         conversation_id: str | None = None,
         temporary: bool = False,
         window: Sequence[ChatLine] | None = None,
+        task: str | None = None,
     ) -> MainCall:
         """Begin the request's memory and set up its main call: what every route does.
 
@@ -84,15 +86,19 @@ class MainCall:
         default the messages' own text, `chat_lines`; `/chat` passes its stored history);
         `temporary` (`X-Memory: off`) reads and writes nothing. The block goes into the
         messages' system message (`inject`), and the call goes to `model` (default
-        `chat.model`; see `chat_target`) with `params` beside the messages.
+        `chat.model`; see `chat_target`) with `params` beside the messages. A front end's
+        `task` call (`kvmem.chat.task_calls`) gets no memory: no block, no agent, no markers.
         """
         target = chat_target(memory_service.config.chat, model)
-        memory = await memory_service.begin(
-            user_id,
-            conversation_id,
-            chat_lines(messages) if window is None else window,
-            temporary=temporary,
-        )
+        if task is not None:
+            memory = memory_service.task_call(task)
+        else:
+            memory = await memory_service.begin(
+                user_id,
+                conversation_id,
+                chat_lines(messages) if window is None else window,
+                temporary=temporary,
+            )
         return cls(
             memory_service, client, memory, target, inject(messages, memory.block), user_id, params
         )
@@ -283,8 +289,26 @@ def message_text(content: Any) -> str:
 
 
 def chat_lines(messages: list[dict[str, Any]]) -> list[ChatLine]:
-    """OpenAI messages as the memory agent reads them (text only)."""
-    return [ChatLine(m["role"], message_text(m.get("content"))) for m in messages]
+    """OpenAI messages as the memory agent reads them (see `chat_line`)."""
+    return [chat_line(m["role"], m.get("content")) for m in messages]
+
+
+def chat_line(role: str, content: Any) -> ChatLine:
+    """One OpenAI message as the memory agent reads it: its text, and of a user message only
+    the person's words, without the retrieved context a front end wrapped around them
+    (`kvmem.chat.retrieved_context`; each text part on its own, as Open WebUI wraps each)."""
+    if role != "user":
+        return ChatLine(role, message_text(content))
+    if isinstance(content, list):
+        content = [
+            {**part, "text": persons_words(part["text"])}
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+            else part
+            for part in content
+        ]
+    elif isinstance(content, str):
+        content = persons_words(content)
+    return ChatLine(role, message_text(content))
 
 
 def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from kvmem.agent.memory_agent import MemoryAgent
 from kvmem.agent.turn_memory import MemoryService
 from kvmem.agent.usage import UsageStore
 from kvmem.chat.conversations import ConversationStore
+from kvmem.chat.task_calls import TaskCalls
 from kvmem.config import Config
 from kvmem.db.engine import Database
 from kvmem.errors import ClientGone, KvmemError, MethodNotAllowed, NotFound, error_body
@@ -92,6 +93,7 @@ def build_services(
         metrics=metrics,
         usage=usage,
         proposals=proposals,
+        task_calls=TaskCalls(config.memory.tasks),
     )
 
 

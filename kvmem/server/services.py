@@ -11,6 +11,7 @@ from kvmem.agent.memory_agent import MemoryAgent
 from kvmem.agent.turn_memory import MemoryService
 from kvmem.agent.usage import UsageStore
 from kvmem.chat.conversations import ConversationStore
+from kvmem.chat.task_calls import TaskCalls
 from kvmem.config import Config
 from kvmem.db.engine import Database
 from kvmem.errors import MemoryDisabled
@@ -42,6 +43,7 @@ class Services:
     metrics: Metrics
     usage: UsageStore
     proposals: ProposalStore
+    task_calls: TaskCalls
 
 
 def services_of(request: Request) -> Services:

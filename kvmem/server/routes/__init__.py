@@ -9,6 +9,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from kvmem.agent.turn_memory import TurnMemory, check_conversation_id
+from kvmem.server.services import services_of
+
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -30,3 +33,22 @@ def memory_off(request: Request) -> bool:
     """Whether the request asks to chat without memory (`X-Memory: off`): nothing is read,
     nothing is written."""
     return request.headers.get("x-memory", "").strip().lower() == "off"
+
+
+def conversation_id(request: Request) -> str | None:
+    """The conversation a request belongs to, for history and the agent's records:
+    `X-Conversation-Id`, else the first header of `auth.conversation_id_headers` present
+    (Open WebUI's `X-OpenWebUI-Chat-Id`); 400 when the one found is not a conversation id."""
+    headers = request.headers
+    value = headers.get("x-conversation-id")
+    if value is None:
+        names = services_of(request).config.auth.conversation_id_headers
+        value = next((headers[name] for name in names if name in headers), None)
+    return check_conversation_id(value)
+
+
+def memory_headers(memory: TurnMemory) -> dict[str, str]:
+    """`X-Memory-Injected` (entries in the block) and `X-Memory-Agent` (the agent's state
+    as the headers leave: a streamed reply's agent is usually still `running`; `task` for a
+    front end's own call)."""
+    return {"X-Memory-Injected": str(len(memory.injected)), "X-Memory-Agent": memory.run.state}

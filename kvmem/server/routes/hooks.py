@@ -26,18 +26,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kvmem.agent.prompts import ChatLine, with_memory
+from kvmem.agent.prompts import with_memory
 from kvmem.agent.turn_memory import check_conversation_id
-from kvmem.chat.main_call import message_text
+from kvmem.chat.main_call import chat_line
 from kvmem.errors import BadRequest, TooManyRuns
 from kvmem.server.bodies import RequestBody, read_model
+from kvmem.server.routes import conversation_id
 from kvmem.server.services import services_of, user_of
 
 # The agent reads only the last `messageWindowSize` messages; a client that sends more than
 # this is sending a whole archive by mistake.
 MAX_MESSAGES = 1000
 MAX_DEADLINE_SECONDS = 60
-CONVERSATION_HEADER = "x-conversation-id"
 
 
 class ContextRequest(RequestBody):
@@ -105,7 +105,7 @@ async def memory_agent(request: Request) -> Response:
     user = await user_of(request)
     body = await read_model(request, AgentRequest, services.config.server.max_body_bytes)
     conversation_id = _conversation_id(request, body.conversation_id)
-    lines = [ChatLine(message.role, message_text(message.content)) for message in body.messages]
+    lines = [chat_line(message.role, message.content) for message in body.messages]
     run = await services.memory.start_agent(
         user, conversation_id, lines, deadline=arrived + body.deadline_seconds
     )
@@ -132,8 +132,9 @@ def _outcome(state: str, updates: list[Any]) -> dict[str, Any]:
 
 
 def _conversation_id(request: Request, in_body: str | None) -> str | None:
-    """The conversation the run's changes are recorded under: the header or the body field."""
-    in_header = check_conversation_id(request.headers.get(CONVERSATION_HEADER))
+    """The conversation the run's changes are recorded under: the header (`conversation_id`)
+    or the body field."""
+    in_header = conversation_id(request)
     in_body = check_conversation_id(in_body)
     if in_header is not None and in_body is not None and in_header != in_body:
         raise BadRequest(

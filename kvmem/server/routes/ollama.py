@@ -31,7 +31,7 @@ from kvmem.server.ollama_shapes import (
     show_reply,
     timestamp,
 )
-from kvmem.server.routes import memory_off, route
+from kvmem.server.routes import conversation_id, memory_headers, memory_off, route
 from kvmem.server.routes.streaming import ClosingStreamingResponse
 from kvmem.server.services import Services, services_of, user_of
 
@@ -61,27 +61,31 @@ async def _generation(request: Request, shape: type[ChatBody | GenerateBody]) ->
     params = body.params()
     if body.stream:
         params["stream_options"] = {"include_usage": True}  # for the last line's counts
+    messages = body.openai_messages()
     call = await MainCall.start(
         services.memory,
         services.client,
         user_id,
-        body.openai_messages(),
+        messages,
         model=reply.model,
         params=params,
+        conversation_id=conversation_id(request),
         temporary=memory_off(request),
+        task=services.task_calls.task_of(request.headers, messages),
     )
     if not body.stream:
-        return JSONResponse(reply.whole(await call.complete()))
+        return JSONResponse(reply.whole(await call.complete()), headers=memory_headers(call.memory))
     path = request.url.path
     lines = await call.stream(
         reply.lines, lambda exc: ndjson(error_body(path, exc)), until=has_output
     )
-    return _ndjson_response(lines)
+    return _ndjson_response(lines, memory_headers(call.memory))
 
 
-def _ndjson_response(lines: AsyncIterator[str]) -> Response:
+def _ndjson_response(lines: AsyncIterator[str], headers: dict[str, str] | None = None) -> Response:
     response = ClosingStreamingResponse(lines)
     response.headers["content-type"] = NDJSON  # Ollama's stream, not Server-Sent Events
+    response.headers.update(headers or {})
     return response
 
 

@@ -17,11 +17,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kvmem.agent.turn_memory import TurnMemory, check_conversation_id
 from kvmem.chat.main_call import MainCall
 from kvmem.errors import BadRequest, ModelNotFound, error_body
 from kvmem.server.bodies import read_model
-from kvmem.server.routes import memory_off
+from kvmem.server.routes import conversation_id, memory_headers, memory_off
 from kvmem.server.routes.streaming import ClosingStreamingResponse
 from kvmem.server.services import services_of, user_of
 
@@ -85,8 +84,9 @@ async def chat_completions(request: Request) -> Response:
         model=body.model,
         params=body.params(),
         # The client's conversation, so that the history says which one an agent write came from.
-        conversation_id=check_conversation_id(request.headers.get("x-conversation-id")),
+        conversation_id=conversation_id(request),
         temporary=memory_off(request),
+        task=services.task_calls.task_of(request.headers, body.messages),
     )
     if not body.stream:
         return JSONResponse(await call.complete(), headers=memory_headers(call.memory))
@@ -96,12 +96,6 @@ async def chat_completions(request: Request) -> Response:
     )
     streamed.headers.update(memory_headers(call.memory))
     return streamed
-
-
-def memory_headers(memory: TurnMemory) -> dict[str, str]:
-    """`X-Memory-Injected` (entries in the block) and `X-Memory-Agent` (the agent's state
-    as the headers leave: a streamed reply's agent is usually still `running`)."""
-    return {"X-Memory-Injected": str(len(memory.injected)), "X-Memory-Agent": memory.run.state}
 
 
 async def _events(chunks: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[str, None]:
