@@ -12,6 +12,7 @@ from kvmem.config import AuthConfig
 from kvmem.errors import BadRequest, Forbidden, Unauthorized
 from kvmem.server.credentials import KeyStore
 from kvmem.server.sessions import SessionStore, is_session_token
+from kvmem.server.signed_identity import SignedIdentity
 
 LOCAL_USER = "local"
 USER_ID_PATTERN = re.compile(r"[A-Za-z0-9._@-]{1,128}")
@@ -50,6 +51,7 @@ class Authenticator:
         self._user_headers = [name.lower() for name in config.user_id_headers]
         self._keys = keys
         self.sessions = sessions
+        self._signed = SignedIdentity(config.jwt, USER_ID_PATTERN) if config.jwt else None
 
     @property
     def needs_lookup(self) -> bool:
@@ -71,6 +73,10 @@ class Authenticator:
             return LOCAL_USER
         secret = _bearer(headers.get("authorization"))
         if self._is_service_key(secret):
+            if self._signed is not None:
+                signed = self._signed_user(headers, body_user)
+                if signed is not None:
+                    return signed
             named = next((headers[h] for h in self._user_headers if h in headers), None)
             user_id = named or body_user
             if not user_id:
@@ -89,6 +95,28 @@ class Authenticator:
                 "a user key acts only for its own user; drop X-User-Id or use a service key"
             )
         return owner
+
+    def _signed_user(self, headers: Mapping[str, str], body_user: str | None) -> str | None:
+        """The user a service-key request's signed token names (`auth.jwt`); None when it
+        carries none and none is required. A token that does not verify is 401, whatever the
+        plain headers say; a plain header or the body's `user` naming someone else is 403."""
+        assert self._signed is not None
+        token = headers.get(self._signed.header)
+        if token is None:
+            if self._signed.required:
+                raise Unauthorized(
+                    f"a service-key request must carry the signed {self._signed.header_name} "
+                    "token (auth.jwt.required is true)"
+                )
+            return None
+        user_id = self._signed.user_of(token.strip())
+        named = [headers[h] for h in self._user_headers if h in headers]
+        if any(other != user_id for other in [*named, *([body_user] if body_user else [])]):
+            raise Forbidden(
+                f"the {self._signed.header_name} token names another user than the user-id "
+                "header or the body's user: drop them, the token names the user"
+            )
+        return user_id
 
     def _session_user(self, token: str, named: str | None, session_ok: bool) -> str:
         assert self.sessions is not None
