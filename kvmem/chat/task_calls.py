@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvmem.chat.main_call import message_text
 from kvmem.config import TasksConfig
 
 TASK_HEADER = "x-memory-task"
@@ -156,18 +157,8 @@ class TaskCalls:
 
 
 def _last_user_text(messages: Sequence[dict[str, Any]]) -> str | None:
-    """The text of the last user message (its text parts joined), or None if there is none."""
+    """The text of the last user message (see `message_text`), or None if there is none."""
     for message in reversed(messages):
-        if message.get("role") != "user":
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            return content
-        if isinstance(content, list):
-            return "\n".join(
-                part["text"]
-                for part in content
-                if isinstance(part, dict) and isinstance(part.get("text"), str)
-            )
-        return None
+        if message.get("role") == "user":
+            return message_text(message.get("content"))
     return None

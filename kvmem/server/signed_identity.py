@@ -71,7 +71,8 @@ class SignedIdentity:
             raise self._refused(self._not_a_user_id) from exc
         except jwt.exceptions.ImmatureSignatureError as exc:
             raise self._refused("it is not valid yet (nbf or iat in the future)") from exc
-        except jwt.exceptions.InvalidTokenError as exc:  # malformed: not three parts, bad JSON, bad claims
+        # Malformed: not three parts, bad base64 or JSON, claims of the wrong type.
+        except jwt.exceptions.InvalidTokenError as exc:
             raise self._refused("it is not a well-formed JSON Web Token") from exc
         return self._user_id(claims.get(self._claim))
 
