@@ -16,8 +16,16 @@ from typing import Any
 
 import click
 
-from kvmem.cli.command import checked_user, config_option, loaded_config, open_store, operation
+from kvmem.cli.command import (
+    checked_user,
+    config_option,
+    fail,
+    loaded_config,
+    open_store,
+    operation,
+)
 from kvmem.cli.command import print_json as print_document
+from kvmem.errors import KvmemError
 
 DEFAULT_KEY = "learned_facts"
 
@@ -102,8 +110,10 @@ def import_foreign(
     store = open_store(loaded)
     key = free_key or DEFAULT_KEY
     if source in FREE_TEXT:
-        with operation():
+        try:
             store.rules.check_key(key)
+        except KvmemError as exc:  # a bad --key is bad usage
+            fail(exc.message, 2)
     importer = ForeignImport(store, free_key=key, review=review, dry_run=dry_run)
     totals, outcomes = Totals(), []
     with progress_bar(file) as bar:

@@ -48,7 +48,9 @@ USERS = {
 }
 # (user, index of the memory, new content, seconds after BASE): an edit keeps the row's id
 # and created_at, and moves updated_at.
-EDITS = [("0b0f6c1e-5a43-4d2e-9c59-2f1f6a1b7e10", 1, "Prefers metric units and 24-hour time.", 9_000)]
+EDITS = [
+    ("0b0f6c1e-5a43-4d2e-9c59-2f1f6a1b7e10", 1, "Prefers metric units and 24-hour time.", 9_000)
+]
 
 
 def stand_ins() -> None:
@@ -94,7 +96,7 @@ def stand_ins() -> None:
         sys.modules[module.__name__] = module
 
 
-ENV = '''
+ENV = """
 from alembic import context
 from sqlalchemy import create_engine
 engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
@@ -102,7 +104,7 @@ with engine.connect() as connection:
     context.configure(connection=connection, target_metadata=None)
     with context.begin_transaction():
         context.run_migrations()
-'''
+"""
 
 
 def migrate(wheel: Path, database: Path, work: Path) -> None:
