@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from kvmem.importers.json_stream import Located, first_byte, json_items, json_lines
-from kvmem.importers.records import not_of_format
+from kvmem.importers.records import epoch, not_of_format
 from kvmem.importers.staging import StagedRow, Staging
 
 OBJECT_ID = re.compile(r"[0-9a-fA-F]{24}")
@@ -92,11 +91,9 @@ def _date(value: Any) -> float:
             value = _number(value, "updated_at")
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value) / 1000  # milliseconds since the epoch
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value).timestamp()
-        except ValueError:
-            pass
+    seconds = epoch(value) if isinstance(value, str) else None
+    if seconds is not None:
+        return seconds
     raise FieldProblem('"updated_at" must be {"$date": "<ISO 8601>"} or {"$date": milliseconds}')
 
 

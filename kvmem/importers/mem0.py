@@ -9,12 +9,11 @@ cannot be placed, and is counted as left out (`Mem0Export.unowned`), never dropp
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from kvmem.importers.json_stream import Located, first_byte, has_top_key, json_items
-from kvmem.importers.records import not_of_format
+from kvmem.importers.records import epoch, not_of_format
 from kvmem.importers.staging import StagedRow, Staging
 
 
@@ -66,21 +65,12 @@ def _problem(record: Any) -> str | None:
         return '"user_id" must be a string'
     for field in ("created_at", "updated_at"):
         value = record.get(field)
-        if value is not None and _parsed(value) is None:
+        if value is not None and (not isinstance(value, str) or epoch(value) is None):
             return f'"{field}" must be an ISO 8601 time'
     return None
 
 
-def _parsed(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
-
-
 def _time(record: dict[str, Any]) -> float:
     """When the memory was made (epoch seconds; 0 when mem0 did not say)."""
-    moment = _parsed(record.get("created_at"))
-    return moment.timestamp() if moment is not None else 0.0
+    created = record.get("created_at")
+    return (epoch(created) or 0.0) if created is not None else 0.0

@@ -7,6 +7,7 @@ Imports nothing of kvmem but the error tree, so each reader stands on it alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -19,6 +20,15 @@ def not_of_format(path: Path, where: str | None, problem: str) -> NotOfFormat:
     """The error naming the file, the place in it (a line, a record, a table) and the problem."""
     place = f"{path}, {where}" if where else str(path)
     return NotOfFormat(f"{place}: {problem}")
+
+
+def epoch(text: str) -> float | None:
+    """An ISO 8601 time as epoch seconds (a time without offset taken as UTC), or None."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 @dataclass(frozen=True)

@@ -365,14 +365,14 @@ class MemoryStore(MemoryReader):
                 changes.append(import_change(gone.key, "delete", gone.value, None))
                 connection.execute(statements.DELETE_ENTRY, {"entry_id": gone.id})
             now = utcnow()
+            inserts: list[dict[str, Any]] = []  # one executemany: a new user's import is all new
             for key, (value, tokens) in counted.items():
                 row = existing.get(key)
                 if row is not None and row.value == value:
                     continue
                 changes.append(import_change(key, "set", row.value if row else None, value))
                 if row is None:
-                    connection.execute(
-                        statements.INSERT_ENTRY,
+                    inserts.append(
                         {
                             "user_id": user_id,
                             "key": key,
@@ -394,6 +394,8 @@ class MemoryStore(MemoryReader):
                             "updated_at": now,
                         },
                     )
+            if inserts:
+                connection.execute(statements.INSERT_ENTRY, inserts)
             if changes:
                 self.history_log.prune(connection, user_id)
                 self.history_log.record_many(connection, user_id, changes)
