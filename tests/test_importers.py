@@ -5,10 +5,15 @@ canonical extended JSON; mem0ai 2.2.1's get_all answer)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import pty
 import shutil
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -420,3 +425,24 @@ def test_an_import_planned_on_entries_that_changed_writes_nothing(
 
 def test_not_of_format_is_a_bad_request() -> None:
     assert (NotOfFormat.status, NotOfFormat.code) == (400, "not_of_format")
+
+
+@pytest.mark.slow
+def test_a_progress_bar_is_drawn_only_on_a_terminal(tmp_path: Path) -> None:
+    """A real process with stderr on a pseudo-terminal draws the bar there (the in-process
+    tests above, whose stderr is no terminal, see nothing on it)."""
+    (tmp_path / "memory.yaml").write_text("database: {url: 'sqlite:///kv.db'}\n")
+    command = [sys.executable, "-m", "kvmem", "import", "--from", "mem0", str(MEM0)]
+    main, terminal = pty.openpty()
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=terminal)
+    os.close(terminal)
+    stdout, _ = process.communicate(timeout=60)
+    drawn = b""
+    with contextlib.suppress(OSError):  # the terminal's other end is gone: all is read
+        while chunk := os.read(main, 65536):
+            drawn += chunk
+    os.close(main)
+    assert process.returncode == 0
+    assert stdout.decode().splitlines()[-1] == "2 users: 3 added, 0 updated, 0 unchanged"
+    assert b"reading mem0-get_all.json" in drawn
+    assert b"importing users" in drawn

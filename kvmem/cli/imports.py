@@ -31,20 +31,25 @@ DEFAULT_KEY = "learned_facts"
 
 
 class Bar:
-    """The progress bar's two steps: reading the file (bytes), importing users."""
+    """The progress bar's two steps: reading an export (bytes), importing users."""
 
     def __init__(self, progress: Any, path: Path) -> None:
         self.progress = progress
-        self.reading = progress.add_task(f"reading {path.name}", total=path.stat().st_size)
+        self.path = path
+        self.reading: Any = None  # shown once an export is read (not for a database)
         self.importing: Any = None
 
     def read(self, done: int) -> None:
         """`done` bytes of the file read."""
+        if self.reading is None:
+            size = self.path.stat().st_size
+            self.reading = self.progress.add_task(f"reading {self.path.name}", total=size)
         self.progress.update(self.reading, completed=done)
 
     def start_users(self, total: int) -> None:
         """The file is read; `total` users to import."""
-        self.progress.update(self.reading, completed=self.progress.tasks[0].total)
+        if self.reading is not None:
+            self.progress.update(self.reading, completed=self.path.stat().st_size)
         self.importing = self.progress.add_task("importing users", total=total)
 
     def user_done(self) -> None:

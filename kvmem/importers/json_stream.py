@@ -49,6 +49,7 @@ def json_lines(path: Path, file: BinaryIO, on_read: Callable[[int], None]) -> It
             raise not_of_format(
                 path, f"line {number}", f"not a JSON document ({exc}); expected one per line"
             ) from exc
+    on_read(file.tell())
 
 
 def json_items(
@@ -64,6 +65,7 @@ def json_items(
             yield f"record {number}", item
     except (ijson.JSONError, UnicodeDecodeError) as exc:
         raise not_of_format(path, f"after record {number}", f"not valid JSON ({exc})") from exc
+    on_read(file.tell())
 
 
 def has_top_key(path: Path, key: str) -> bool:
