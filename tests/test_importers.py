@@ -446,3 +446,31 @@ def test_a_progress_bar_is_drawn_only_on_a_terminal(tmp_path: Path) -> None:
     assert stdout.decode().splitlines()[-1] == "2 users: 3 added, 0 updated, 0 unchanged"
     assert b"reading mem0-get_all.json" in drawn
     assert b"importing users" in drawn
+
+
+def test_review_refuses_more_keys_than_a_user_may_have_pending(
+    kvmem: Callable[..., Result], tmp_path: Path
+) -> None:
+    export = tmp_path / "memoryentries.json"
+    line = '{{"userId": {{"$oid": "{0}"}}, "key": "key_{1}", "value": "v{2}"}}'
+    export.write_text(
+        "\n".join(line.format(ENGINEER, chr(97 + n // 26) + chr(97 + n % 26), n) for n in range(51))
+    )
+    result = kvmem("import", "--from", "librechat", export, "--review", "--json")
+    assert result.code == 1
+    assert result.json()["users"][0]["refused"] == [
+        {
+            "key": "key_aa",
+            "where": None,
+            "reason": "51 keys to propose, and at most 50 proposals are kept per user: "
+            "import without --review, or review the pending ones first",
+        }
+    ]
+    assert kvmem("memory", "proposals", "--user", ENGINEER).json() == {"proposals": []}
+
+
+def test_an_empty_mongoexport_imports_nobody(kvmem: Callable[..., Result], tmp_path: Path) -> None:
+    empty = tmp_path / "memoryentries.json"
+    empty.write_text("")
+    result = kvmem("import", "--from", "librechat", empty, "--json")
+    assert (result.code, result.json()) == (0, {"users": []})

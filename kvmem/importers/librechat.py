@@ -43,7 +43,7 @@ def _rows(path: Path, on_read: Callable[[int], None]) -> Iterator[StagedRow]:
         first = first_byte(file)
         if first == b"[":
             records: Iterator[Located] = json_items(path, file, "item", on_read)
-        elif first == b"{":
+        elif first in (b"{", b""):  # mongoexport writes nothing for an empty collection
             records = json_lines(path, file, on_read)
         else:
             raise not_of_format(

@@ -17,7 +17,7 @@ from kvmem.errors import KvmemError
 from kvmem.importers.plan import Refusal, UserPlan, plan_user
 from kvmem.importers.records import UserMemories
 from kvmem.memory.imports import ChangedMeanwhile
-from kvmem.memory.proposals import ProposalStore
+from kvmem.memory.proposals import MAX_PENDING, ProposalStore
 from kvmem.memory.store import MemoryStore
 from kvmem.server.auth import check_user_id
 
@@ -94,11 +94,20 @@ class ForeignImport:
         return plan_user(user, entries, self.store.rules, self.store.tokens, self.free_key)
 
     def _apply(self, user_id: str, plan: UserPlan) -> int:
-        """Write the plan (or propose it); how many proposals were made."""
+        """Write the plan (or propose it); how many proposals were made. A plan refused here
+        (too many proposals) has written nothing."""
         if self.review is None:
             self.store.import_document(user_id, plan.writes.items(), expected=plan.expected)
             return 0
         pending = {p.key: p.value for p in self.review.pending(user_id)}
+        if len(plan.writes.keys() | pending.keys()) > MAX_PENDING:
+            # More would push the oldest out of the list unseen: refuse the user, say why.
+            reason = (
+                f"{len(plan.writes)} keys to propose, and at most {MAX_PENDING} proposals are "
+                "kept per user: import without --review, or review the pending ones first"
+            )
+            plan.refused.append(Refusal(next(iter(plan.writes)), None, reason))
+            return 0
         proposed = 0
         for key, value in plan.writes.items():
             if pending.get(key) != value:
