@@ -141,10 +141,9 @@ def import_foreign(
                     bar.user_done()
         finally:
             reader.close()
-    unowned = getattr(reader, "unowned", 0)
-    if unowned:
+    if reader.unowned:
         click.echo(
-            f"kvmem: note: {unowned} memories have no user_id (an agent's or a run's) and "
+            f"kvmem: note: {reader.unowned} memories have no user_id (an agent's or a run's) and "
             "were left out",
             err=True,
         )

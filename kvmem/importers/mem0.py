@@ -3,7 +3,7 @@
 Each memory: `{"id", "memory", "user_id", "created_at", "updated_at", ...}` (ISO 8601 times;
 `hash`, `metadata`, `agent_id`, `run_id` and the like are ignored). The text is free, as
 Open WebUI's is. A memory without `user_id` belongs to an agent or a run, not to a person: it
-cannot be placed, and is counted as left out (`Mem0Export.unowned`), never dropped silently.
+cannot be placed, and is counted as left out (`unowned`), never dropped silently.
 """
 
 from __future__ import annotations
@@ -17,15 +17,9 @@ from kvmem.importers.records import epoch, not_of_format
 from kvmem.importers.staging import StagedRow, Staging
 
 
-class Mem0Export(Staging):
-    """mem0's memories parked by user, and how many belonged to no user."""
-
-    unowned: int = 0
-
-
-def read_mem0(path: Path, on_read: Callable[[int], None]) -> Mem0Export:
+def read_mem0(path: Path, on_read: Callable[[int], None]) -> Staging:
     """Every memory of the file, checked and parked by user (see `staging`)."""
-    export = Mem0Export()
+    export = Staging()
     try:
         export.load(_rows(path, export, on_read))
     except BaseException:
@@ -34,7 +28,7 @@ def read_mem0(path: Path, on_read: Callable[[int], None]) -> Mem0Export:
     return export
 
 
-def _rows(path: Path, export: Mem0Export, on_read: Callable[[int], None]) -> Iterator[StagedRow]:
+def _rows(path: Path, export: Staging, on_read: Callable[[int], None]) -> Iterator[StagedRow]:
     with path.open("rb") as file:
         first = first_byte(file)
         if first == b"[":

@@ -34,6 +34,8 @@ _BAD_ROW = (
 class OpenWebUIDatabase:
     """Open WebUI's `webui.db`, read-only: its users' memories, one user at a time."""
 
+    unowned = 0  # every row has its user_id (checked)
+
     def __init__(self, path: Path) -> None:
         self.path = path
         # mode=ro: Open WebUI may be running on it; nothing here may change it.

@@ -18,6 +18,8 @@ FREE_TEXT: frozenset[SourceName] = frozenset({"openwebui", "mem0"})
 class Source(Protocol):
     """A file's memories, grouped by user."""
 
+    unowned: int  # memories that belong to no user (mem0's of an agent or a run), left out
+
     def user_count(self, only: str | None) -> int:
         """How many users it holds memories of (1 or 0 with `only`)."""
         ...

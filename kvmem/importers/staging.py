@@ -23,7 +23,10 @@ StagedRow = tuple[str, str | None, str, float, str]
 
 
 class Staging:
-    """Records parked in a temporary database until they are read back by user."""
+    """Records parked in a temporary database until they are read back by user, and how many
+    records belonged to no user (`unowned`: counted by the reader, never dropped silently)."""
+
+    unowned: int = 0
 
     def __init__(self) -> None:
         self._folder = tempfile.TemporaryDirectory(prefix="kvmem-import-")
