@@ -474,3 +474,31 @@ def test_an_empty_mongoexport_imports_nobody(kvmem: Callable[..., Result], tmp_p
     empty.write_text("")
     result = kvmem("import", "--from", "librechat", empty, "--json")
     assert (result.code, result.json()) == (0, {"users": []})
+
+
+def test_a_hostile_key_is_refused_in_a_readable_line(
+    kvmem: Callable[..., Result], tmp_path: Path
+) -> None:
+    export = tmp_path / "memoryentries.json"
+    export.write_text(json.dumps({"userId": ANA, "key": "k" * 100_000, "value": "v"}) + "\n")
+    result = kvmem("import", "--from", "librechat", export, "--json")
+    assert result.code == 1
+    (refusal,) = result.json()["users"][0]["refused"]
+    assert (len(refusal["key"]), len(refusal["reason"])) == (200, 500)
+    assert refusal["reason"].startswith("invalid key 'kkkk")
+
+
+def test_empty_free_text_memories_are_left_out(
+    kvmem: Callable[..., Result], tmp_path: Path
+) -> None:
+    export = tmp_path / "mem0.json"
+    export.write_text(
+        json.dumps([{"memory": " \n ", "user_id": "alice"}, {"memory": "Hi", "user_id": "alice"}])
+    )
+    assert kvmem("import", "--from", "mem0", export, "--json").json() == {
+        "users": [user_json("alice", added=1)]
+    }
+    assert values(kvmem, "alice") == {"learned_facts": "Hi"}
+    assert kvmem("import", "--from", "mem0", export, "--json").json() == {
+        "users": [user_json("alice", unchanged=1)]
+    }

@@ -92,7 +92,9 @@ class OpenWebUIDatabase:
         rows = itertools.chain.from_iterable(iter(cursor.fetchmany, []))
         for user_id, group in itertools.groupby(rows, key=lambda row: row[0]):
             memories = tuple(
-                ForeignMemory(text=content, at=float(created or 0), where=f"memory id {row_id}")
+                ForeignMemory(
+                    text=content, at=float(created or 0), where=f"memory id {str(row_id)[:80]}"
+                )
                 for _, row_id, content, created in group
                 if content is not None and content.strip()
             )

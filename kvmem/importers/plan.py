@@ -49,6 +49,12 @@ class UserPlan:
     refused: list[Refusal] = field(default_factory=list)
 
 
+def shortened(text: str, limit: int = 200) -> str:
+    """`text`, cut to `limit` characters with an ellipsis (a key or a message from a hostile
+    file, kept readable in a report)."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
 def one_line(text: str) -> str:
     """A memory as one line: its whitespace, line breaks included, made single spaces."""
     return " ".join(text.split())
@@ -85,6 +91,8 @@ def _plan_free_text(
     present = {line.strip() for line in value.splitlines()}
     for memory in memories:
         line = one_line(memory.text)
+        if not line:
+            continue  # an empty memory holds nothing to remember
         if line in present:
             plan.unchanged += 1
             continue
@@ -117,7 +125,7 @@ def _plan_entry(
         rules.check_key(key)
         value = rules.clean_value(memory.text)
     except KvmemError as exc:
-        plan.refused.append(Refusal(key, memory.where, exc.message))
+        plan.refused.append(Refusal(shortened(key), memory.where, shortened(exc.message, 500)))
         return
     if entry is not None and entry.value == value:
         plan.unchanged += 1
