@@ -48,12 +48,13 @@ ANA = "6841eb11c0ffee00deadbeef"
 
 
 @pytest.fixture
-def kvmem(tmp_path: Path) -> Callable[..., Result]:
-    """`kvmem --config memory.yaml ARGS...` in this test's folder, with `memory:` as given."""
+def kvmem(tmp_path: Path, database_url: str) -> Callable[..., Result]:
+    """`kvmem --config memory.yaml ARGS...` in this test's folder, with `memory:` as given, on
+    this test's database (SQLite, and PostgreSQL too when the run names a server)."""
 
     def call(*args: str, memory: str = "{}") -> Result:
         config = tmp_path / "memory.yaml"
-        config.write_text(f"database: {{url: 'sqlite:///kv.db'}}\nmemory: {memory}\n")
+        config.write_text(f"database: {{url: '{database_url}'}}\nmemory: {memory}\n")
         return invoke(["--config", "memory.yaml", *map(str, args)], cwd=tmp_path)
 
     return call
