@@ -2,7 +2,8 @@
 
     KvmemError
     ├── BadRequest                400 bad_request
-    │   └── UpstreamRejected      400/413/422 upstream_rejected (the upstream's status)
+    │   ├── UpstreamRejected      400/413/422 upstream_rejected (the upstream's status)
+    │   └── NotOfFormat           400 not_of_format (kvmem import --from: not the format named)
     ├── Unauthorized              401 unauthorized
     ├── Forbidden                 403 forbidden
     │   ├── MemoryDisabled        403 memory_disabled
@@ -99,6 +100,12 @@ class UpstreamRejected(BadRequest):
         body = super().openai_body()
         body["error"].update(self.upstream or {})
         return body
+
+
+class NotOfFormat(BadRequest):
+    """A file given to `kvmem import --from` is not of the format named (nothing is written)."""
+
+    code = "not_of_format"
 
 
 class Unauthorized(KvmemError):

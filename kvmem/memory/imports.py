@@ -19,6 +19,20 @@ from kvmem.tokens import TokenCounter
 Counted = dict[str, tuple[str, int]]
 
 
+class ChangedMeanwhile(Exception):  # noqa: N818 (a signal to plan again, not an error)
+    """The entries an import was planned from changed before it wrote: nothing was written;
+    the caller reads the entries again and plans anew."""
+
+
+def check_unchanged(existing: dict[str, Any], expected: dict[str, str | None] | None) -> None:
+    """`ChangedMeanwhile` unless each key of `expected` still holds its value (None: no
+    entry); `existing` are the user's entry rows by key, read under their lock."""
+    for key, value in (expected or {}).items():
+        row = existing.get(key)
+        if (row.value if row is not None else None) != value:
+            raise ChangedMeanwhile(key)
+
+
 def count_document(
     rules: MemoryRules, tokens: TokenCounter, items: Iterable[tuple[str, str]]
 ) -> Counted:

@@ -34,7 +34,12 @@ from kvmem.errors import MemoryFull, NotFound
 from kvmem.memory import write_statements as statements
 from kvmem.memory.group_commit import GroupCommit, Prepare
 from kvmem.memory.history import ChangeLog, ChangeSource
-from kvmem.memory.imports import check_import_limit, count_document, import_change
+from kvmem.memory.imports import (
+    check_import_limit,
+    check_unchanged,
+    count_document,
+    import_change,
+)
 from kvmem.memory.rules import MemoryRules
 from kvmem.memory.snapshots import ENTRY_AT_KEY, MemoryReader
 from kvmem.tokens import TokenCounter
@@ -333,13 +338,15 @@ class MemoryStore(MemoryReader):
         items: Iterable[tuple[str, str]],
         *,
         mode: ImportMode = "merge",
+        expected: dict[str, str | None] | None = None,
     ) -> Imported:
         """Write many entries at once, all or none, with source `import`.
 
         Every entry is checked against every rule, and the resulting total against
         `tokenLimit`, before anything is written; the error names the offending `key` in its
         details. A key twice in one document is refused. `merge` keeps the user's other
-        entries; `replace` deletes them (each delete recorded).
+        entries; `replace` deletes them (each delete recorded). With `expected` (key: the
+        value it was read with, None for none), `ChangedMeanwhile` unless each still holds it.
         """
         counted = count_document(self.rules, self.tokens, items)
         with self.database.writing_connection() as connection:
@@ -348,6 +355,7 @@ class MemoryStore(MemoryReader):
                 row.key: row
                 for row in connection.execute(statements.ENTRIES_OF_USER, {"user_id": user_id})
             }
+            check_unchanged(existing, expected)
             dropped = [row for key, row in existing.items() if key not in counted]
             check_import_limit(
                 self.rules.token_limit, existing, dropped if mode == "replace" else [], counted
@@ -357,14 +365,14 @@ class MemoryStore(MemoryReader):
                 changes.append(import_change(gone.key, "delete", gone.value, None))
                 connection.execute(statements.DELETE_ENTRY, {"entry_id": gone.id})
             now = utcnow()
+            inserts: list[dict[str, Any]] = []  # one executemany: a new user's import is all new
             for key, (value, tokens) in counted.items():
                 row = existing.get(key)
                 if row is not None and row.value == value:
                     continue
                 changes.append(import_change(key, "set", row.value if row else None, value))
                 if row is None:
-                    connection.execute(
-                        statements.INSERT_ENTRY,
+                    inserts.append(
                         {
                             "user_id": user_id,
                             "key": key,
@@ -386,6 +394,8 @@ class MemoryStore(MemoryReader):
                             "updated_at": now,
                         },
                     )
+            if inserts:
+                connection.execute(statements.INSERT_ENTRY, inserts)
             if changes:
                 self.history_log.prune(connection, user_id)
                 self.history_log.record_many(connection, user_id, changes)
