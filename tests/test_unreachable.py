@@ -128,7 +128,7 @@ def test_a_custom_endpoints_agent_names_its_base_url_setting(
 
 
 def test_litellm_names_the_providers_default_url_when_none_is_configured() -> None:
-    from kvmem.upstream.litellm_client import _url
+    from kvmem.upstream.litellm_client import litellm_url as _url
 
     assert _url(Target("ollama/llama3.1")) == "http://localhost:11434"
     assert _url(Target("ollama/llama3.1", api_base="http://gpu:11434")) == "http://gpu:11434"

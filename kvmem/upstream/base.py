@@ -150,12 +150,16 @@ def causes(error: BaseException) -> list[BaseException]:
     return chain
 
 
+# The words of every unreachable model's message (`unreachable_message`).
+UNREACHABLE = "cannot reach"
+
+
 def unreachable_message(target: Target, url: str, reason: str) -> str:
     """The message of a model call that could not connect: which model, the URL tried, why,
     and which settings choose them (`Target.settings`)."""
     whose = "the memory agent's model" if target.kind == "agent" else "the model"
     return (
-        f"the model call failed: cannot reach {whose} {target.model} at {url} ({reason}). "
+        f"the model call failed: {UNREACHABLE} {whose} {target.model} at {url} ({reason}). "
         f"Start it there, or change {target.settings}"
     )
 

@@ -201,7 +201,9 @@ def translate(exc: BaseException, target: Target, scrubber: SecretScrubber) -> K
     unconnected = _connect_error(exc)
     if unconnected is not None:
         return UpstreamError(
-            unreachable_message(target, scrub(_url(target)), scrub(connect_reason(unconnected))),
+            unreachable_message(
+                target, scrub(litellm_url(target)), scrub(connect_reason(unconnected))
+            ),
             upstream_status=None,
         )
     message = scrub(plain_text(_upstream_message(exc)))
@@ -235,7 +237,7 @@ def _connect_error(exc: BaseException) -> BaseException | None:
     return None
 
 
-def _url(target: Target) -> str:
+def litellm_url(target: Target) -> str:
     """The base URL litellm calls `target` at: the configured one, else the provider's own
     default as litellm knows it (Ollama's http://localhost:11434, Groq's, ...)."""
     if target.api_base:
