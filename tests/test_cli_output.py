@@ -347,3 +347,54 @@ def test_check_reach_on_a_terminal(folder: Path, upstream: Any) -> None:
     assert lines[agent + 3].split()[0] == "error"
     assert "connection refused" in " ".join(lines[agent + 3 :])
     assert any(line.split()[:1] == ["fix"] for line in lines[agent:])
+
+
+ENTRY = {
+    "key": "job",
+    "value": "Baker in Lyon, " * 8,
+    "token_count": 33,
+    "created_at": "2026-12-01T08:00:00Z",
+    "updated_at": "2026-12-05T04:15:09Z",
+    "source": "agent",
+}
+
+
+def test_the_short_views_of_the_other_commands() -> None:
+    entry = [line.rstrip() for line in render(views.memory_entry, ENTRY).splitlines()]
+    assert entry[0] == "key      job"
+    assert entry[1].startswith("value    Baker in Lyon, Baker") and entry[2].startswith(" " * 9)
+    assert " ".join(line.strip() for line in entry[1:3]) == "value    " + ENTRY["value"].strip()
+    assert entry[3:] == [
+        "tokens   33",
+        "source   agent",
+        "created  2026-12-01 08:00",
+        "updated  2026-12-05 04:15",
+    ]
+    limited = {"memory": {**ENTRY, "token_count": 1}, "total_tokens": 5, "token_limit": 200}
+    assert (
+        render(views.written, limited) == "saved job (1 token) · memory: 5 of 200 tokens (2.5 %)\n"
+    )
+    gone = {"memory": None, "total_tokens": 0, "token_limit": None}
+    assert render(views.written, gone) == "deleted · memory: 0 tokens (no limit)\n"
+    assert render(views.cleared, {"deleted": 1}) == "deleted 1 memory\n"
+    counts = {"imported": 3, "deleted": 1, "total_tokens": 40, "token_limit": None}
+    assert (
+        render(views.imported, counts) == "imported 3, deleted 1 · memory: 40 tokens (no limit)\n"
+    )
+    erased = {"deleted": {"memories": 2, "changes": 5, "agent_runs": 0}}
+    assert render(views.erased, erased) == "erased: 2 memories, 5 changes, 0 agent runs\n"
+    key = {
+        "id": "k1",
+        "user_id": "alice",
+        "prefix": "kvm_ab12",
+        "created_at": "2026-12-05T04:15:09Z",
+        "revoked_at": None,
+    }
+    keys = [line.split() for line in render(views.keys, {"keys": [key]}).splitlines()]
+    assert keys[0] == ["ID", "USER", "PREFIX", "CREATED", "REVOKED"]
+    assert keys[2] == ["k1", "alice", "kvm_ab12", "2026-12-05", "04:15", "-"]
+    used = {"agent_runs": 1, "input_tokens": 10, "output_tokens": 2, "cost_usd": None, "writes": 0}
+    per_user = {"users": [{"user": "alice", **used}], "totals": used}
+    rows = [line.split() for line in render(views.users_usage, per_user).splitlines()]
+    assert rows[0][0] == "USER" and rows[2] == ["alice", "1", "10", "2", "-", "0"]
+    assert rows[-1] == ["total", "1", "10", "2", "-", "0"]
