@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from kvmem.config import Config  # noqa: E402
 from kvmem.db.engine import Database  # noqa: E402
 from kvmem.db.migrate import ensure_current, upgrade  # noqa: E402
+from kvmem.errors import KvmemError  # noqa: E402
 from kvmem.memory.rules import MemoryRules  # noqa: E402
 from kvmem.memory.store import MemoryStore  # noqa: E402
 from kvmem.server.app import create_app  # noqa: E402
@@ -27,6 +29,30 @@ from tests.support.pg import POSTGRES_ENV  # noqa: E402
 # Forces `chat.client` in `chat_sections` for a whole run ("direct" or "litellm"); unset, a
 # module marked `both_clients` runs each such test on both, the others on `auto`.
 CHAT_CLIENT_ENV = "KVMEM_TEST_CHAT_CLIENT"
+
+
+# A Python object's repr (`<ssl.SSLContext object at 0x7f...>`): no error a person reads has one.
+OBJECT_REPR = re.compile(r"<[^<>]*\bobject at 0x[0-9A-Fa-f]+>")
+
+
+@pytest.fixture(autouse=True)
+def no_object_reprs_in_errors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every error kvmem makes in this process while a test runs (every error body, every
+    agent failure kept for /healthz: each is a `KvmemError`) is checked for a Python object's
+    repr, which says nothing to the person who reads it; one fails the test at its teardown.
+    Servers in child processes (`kvmem serve`) are not seen here."""
+    found: list[str] = []
+    make = KvmemError.__init__
+
+    def checked(self: KvmemError, message: str, **details: Any) -> None:
+        text = f"{message} {details}"
+        if OBJECT_REPR.search(text):
+            found.append(text)
+        make(self, message, **details)
+
+    monkeypatch.setattr(KvmemError, "__init__", checked)
+    yield
+    assert not found, f"errors with a Python object's repr: {found}"
 
 
 @pytest.fixture(scope="session")

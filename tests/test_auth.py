@@ -117,7 +117,12 @@ def test_wrong_credentials_are_401(
 
 
 # /healthz's agent object when memory.yaml configures no agent.
-NO_AGENT = {"enabled": False, "reason": "memory.agent is not configured", "last_error": None}
+NO_AGENT = {
+    "enabled": False,
+    "ready": False,
+    "reason": "memory.agent is not configured",
+    "last_error": None,
+}
 
 
 def test_healthz_is_open_without_a_key(make_client: MakeClient) -> None:

@@ -751,12 +751,14 @@ def test_unreachable_database_exits_2(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_importing_the_cli_loads_neither_litellm_nor_tiktoken(tmp_path: Path) -> None:
-    """Model: click's tests/test_imports.py, in a fresh interpreter."""
+    """Model: click's tests/test_imports.py, in a fresh interpreter. rich too: it draws the
+    tables only when a command prints on a terminal (~120 ms to import)."""
     code = (
         "import json, sys\n"
         "import kvmem.cli\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "{'litellm', 'tiktoken', 'tiktoken_ext', 'openai', 'httpx', 'starlette', 'uvicorn'})))\n"
+        "{'litellm', 'tiktoken', 'tiktoken_ext', 'openai', 'httpx', 'starlette', 'uvicorn', "
+        "'rich'})))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60

@@ -228,6 +228,7 @@ def test_a_run_under_review_in_flight_during_the_erasure_proposes_nothing(
     assert (proposals, rows_of(database, "local")) == (0, NONE_LEFT)
     assert client.get("/healthz").json()["agent"] == {
         "enabled": True,
+        "ready": True,
         "reason": REASON,
         "last_error": None,
     }
@@ -258,6 +259,7 @@ def test_inline_markers_of_a_turn_in_flight_during_the_erasure_write_nothing(
     assert rows_of(database, "local") == NONE_LEFT
     assert client.get("/healthz").json()["agent"] == {
         "enabled": True,
+        "ready": True,
         "reason": INLINE_REASON,
         "last_error": None,
     }

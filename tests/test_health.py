@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,7 @@ def test_health_says_the_agent_is_on_and_has_not_failed(
         "status": "ok",
         "version": __version__,
         "store": "ok",
-        "agent": {"enabled": True, "reason": ON, "last_error": None},
+        "agent": {"enabled": True, "ready": True, "reason": ON, "last_error": None},
     }
 
 
@@ -45,6 +46,7 @@ def test_health_says_why_the_agent_is_off(
     client = make_client(**chat_sections(agent={"enabled": False}))
     assert health(client)["agent"] == {
         "enabled": False,
+        "ready": False,
         "reason": "memory.agent.enabled is false",
         "last_error": None,
     }
@@ -63,6 +65,7 @@ def test_health_shows_the_last_agent_failure_without_secrets(
     body = health(client, SERVICE)
     assert body["agent"] == {
         "enabled": True,
+        "ready": True,
         "reason": ON,
         "last_error": {
             "at": ISO_TIME,
@@ -120,3 +123,49 @@ def test_a_later_success_keeps_the_last_error(
             "upstream_status": 500,
         }
     )
+
+
+def test_a_missing_api_key_is_found_at_start_up(
+    make_client: MakeClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The shipped defaults: the agent calls OpenAI's API, with no key anywhere.
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE"):
+        monkeypatch.delenv(name, raising=False)
+    caplog.set_level(logging.WARNING, logger="kvmem")
+    client = make_client(
+        chat={"model": "ollama/llama3.1"},
+        memory={"agent": {"provider": "openai", "model": "gpt-4.1-mini"}},
+    )
+    missing = (
+        "no API key for openai/gpt-4.1-mini: set OPENAI_API_KEY in kvmem's environment, "
+        "or memory.agent.api_key in memory.yaml"
+    )
+    assert health(client)["agent"] == {
+        "enabled": True,
+        "ready": False,
+        "reason": missing,
+        "last_error": None,
+    }
+    # Once, at start-up (the Ollama main model needs no key).
+    assert [r.getMessage() for r in caplog.records if r.name == "kvmem"] == [
+        f"the memory agent will fail: {missing}"
+    ]
+    health(client)
+    assert len([r for r in caplog.records if r.name == "kvmem"]) == 1
+
+
+def test_a_key_from_the_environment_makes_the_agent_ready(
+    make_client: MakeClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    caplog.set_level(logging.WARNING, logger="kvmem")
+    client = make_client(
+        chat={"model": "anthropic/claude-x"},
+        memory={"agent": {"provider": "openai", "model": "gpt-4.1-mini"}},
+    )
+    assert health(client)["agent"]["ready"] is True
+    assert [r.getMessage() for r in caplog.records if r.name == "kvmem"] == [
+        "the chat model will fail: no API key for anthropic/claude-x: set ANTHROPIC_API_KEY "
+        "in kvmem's environment, or chat.api_key in memory.yaml"
+    ]

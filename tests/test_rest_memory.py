@@ -583,7 +583,12 @@ def test_wrong_method_is_405_with_allow(
 
 
 # /healthz's agent object when memory.yaml configures no agent.
-NO_AGENT = {"enabled": False, "reason": "memory.agent is not configured", "last_error": None}
+NO_AGENT = {
+    "enabled": False,
+    "ready": False,
+    "reason": "memory.agent is not configured",
+    "last_error": None,
+}
 
 
 def test_healthz(make_client: MakeClient) -> None:

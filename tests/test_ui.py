@@ -783,6 +783,36 @@ def test_the_switch_turns_memory_off_for_chats(keys_server: ServeProcess, open_p
     assert user.call("GET", "/preferences").json() == {"memories": True, "review": False}
 
 
+EMPTY_ON = (
+    "Nothing is remembered yet. Ask the assistant in a chat to remember something "
+    "(\u201cremember that I prefer tea\u201d), or add a memory above."
+)
+EMPTY_OFF = (
+    "Nothing is remembered yet. Memory is off for your chats, so the assistant remembers "
+    "nothing you tell it: switch on \u201cUse memory in chats\u201d, or add a memory above."
+)
+
+
+def test_an_empty_memory_says_how_memory_gets_there(
+    keys_server: ServeProcess, open_page: Any
+) -> None:
+    user = User(keys_server)
+    page, _ = open_as(open_page, user)
+    empty = page.get_by_text("Nothing is remembered yet.", exact=False)
+    expect(empty).to_have_text(EMPTY_ON)
+    expect(memories(page).get_by_role("listitem")).to_have_count(0)
+    # With memory off for this user's chats, asking the assistant does nothing: it says so.
+    page.get_by_role("checkbox", name="Use memory in chats").click()
+    expect(empty).to_have_text(EMPTY_OFF)
+    page.reload()
+    expect(empty).to_have_text(EMPTY_OFF)
+    page.get_by_role("checkbox", name="Use memory in chats").click()
+    expect(empty).to_have_text(EMPTY_ON)
+    save(page, "learned_facts", "Has a cat called Miso.")
+    expect(item(page, "learned_facts")).to_be_visible()
+    expect(empty).to_be_hidden()
+
+
 def test_export_then_clear_all_then_import_brings_everything_back(
     keys_server: ServeProcess, open_page: Any, tmp_path: Path
 ) -> None:

@@ -20,6 +20,7 @@ closing it (started or not) ends the call.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -30,6 +31,8 @@ from kvmem.chat.retrieved_context import persons_words
 from kvmem.errors import KvmemError
 from kvmem.upstream.base import Target
 from kvmem.upstream.model_client import ModelClient, chat_target
+
+log = logging.getLogger("kvmem.chat")
 
 Chunk = dict[str, Any]
 # Turns the model's chunks into a reply's pieces (SSE events, NDJSON lines); an error from the
@@ -218,6 +221,8 @@ class MainStream:
             async for piece in rendered:
                 yield piece
         except KvmemError as exc:
+            # Logged with the message the stream's last piece carries.
+            log.warning("the main model's stream failed: %s: %s", exc.code, exc.message)
             yield self._on_error(exc)
         finally:
             await rendered.aclose()

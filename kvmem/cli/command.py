@@ -6,7 +6,6 @@ Exit codes: 0 success, 1 a failed operation, 2 bad usage or config.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -82,11 +81,6 @@ def operation() -> Iterator[None]:
         fail(exc.message, 2)
     except KvmemError as exc:
         fail(f"{exc.code}: {exc.message}", 1)
-
-
-def print_json(value: Any) -> None:
-    """Print `value` as indented JSON."""
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
 def checked_user(user_id: str) -> str:

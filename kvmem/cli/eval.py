@@ -10,7 +10,8 @@ from typing import Any
 
 import click
 
-from kvmem.cli.command import config_option, fail, loaded_config, print_json
+from kvmem.cli.command import config_option, fail, loaded_config
+from kvmem.cli.output import print_json
 from kvmem.errors import ConfigError
 
 

@@ -6,14 +6,15 @@ from typing import Any
 
 import click
 
+from kvmem.cli import views
 from kvmem.cli.command import (
     checked_user,
     config_option,
     loaded_config,
     open_database,
     operation,
-    print_json,
 )
+from kvmem.cli.output import json_option, show
 from kvmem.config_loader import LoadedConfig
 
 
@@ -46,6 +47,7 @@ def keys_create(user_id: str) -> None:
 @keys_group.command("list")
 @config_option
 @click.option("--user", "user_id", default=None, help="Only this user's keys.")
+@json_option
 def keys_list(user_id: str | None) -> None:
     """List keys: ids and prefixes, never the keys."""
     loaded = loaded_config()
@@ -53,7 +55,7 @@ def keys_list(user_id: str | None) -> None:
         user_id = checked_user(user_id)
     with operation():
         infos = open_keys(loaded).list(user_id)
-    print_json({"keys": [info.as_json() for info in infos]})
+    show({"keys": [info.as_json() for info in infos]}, views.keys)
 
 
 @keys_group.command("revoke")

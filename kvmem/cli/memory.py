@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from kvmem.cli import views
 from kvmem.cli.command import (
     checked_user,
     config_option,
@@ -18,9 +19,9 @@ from kvmem.cli.command import (
     loaded_config,
     open_store,
     operation,
-    print_json,
     user_option,
 )
+from kvmem.cli.output import json_option, show
 from kvmem.config_loader import LoadedConfig
 from kvmem.memory.write_outcomes import imported_json, written_json
 
@@ -34,6 +35,7 @@ def memory_group() -> None:
 @memory_group.command("list")
 @config_option
 @user_option
+@json_option
 def memory_list(user_id: str) -> None:
     """Print the user's entries (newest first) and usage, as GET /memory does."""
     from kvmem.memory.overview import memory_overview
@@ -42,12 +44,13 @@ def memory_list(user_id: str) -> None:
     user_id = checked_user(user_id)
     store = open_store(loaded)
     with operation():
-        print_json(memory_overview(store.snapshot(user_id), loaded.config))
+        show(memory_overview(store.snapshot(user_id), loaded.config), views.memory_list)
 
 
 @memory_group.command("get")
 @config_option
 @user_option
+@json_option
 @click.argument("key")
 def memory_get(user_id: str, key: str) -> None:
     """Print one entry."""
@@ -55,12 +58,13 @@ def memory_get(user_id: str, key: str) -> None:
     user_id = checked_user(user_id)
     store = open_store(loaded)
     with operation():
-        print_json(store.get(user_id, key).as_json())
+        show(store.get(user_id, key).as_json(), views.memory_entry)
 
 
 @memory_group.command("set")
 @config_option
 @user_option
+@json_option
 @click.argument("key")
 @click.argument("value")
 def memory_set(user_id: str, key: str, value: str) -> None:
@@ -72,7 +76,7 @@ def memory_set(user_id: str, key: str, value: str) -> None:
     store = open_store(loaded)
     with operation():
         written = store.set(user_id, key, value, "manual")
-        print_json(written_json(written, loaded.config.memory.token_limit))
+        show(written_json(written, loaded.config.memory.token_limit), views.written)
 
 
 @memory_group.command("delete")
@@ -92,13 +96,14 @@ def memory_delete(user_id: str, key: str) -> None:
 @memory_group.command("clear")
 @config_option
 @user_option
+@json_option
 def memory_clear(user_id: str) -> None:
     """Delete all of the user's entries."""
     loaded = loaded_config()
     user_id = checked_user(user_id)
     store = open_store(loaded)
     with operation():
-        print_json({"deleted": store.clear(user_id)})
+        show({"deleted": store.clear(user_id)}, views.cleared)
 
 
 @memory_group.command("export")
@@ -124,6 +129,7 @@ def memory_export(user_id: str, file: str | None) -> None:
 @memory_group.command("import")
 @config_option
 @user_option
+@json_option
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--replace", is_flag=True, help="Delete the user's other entries too.")
 def memory_import(user_id: str, file: str, replace: bool) -> None:
@@ -142,12 +148,13 @@ def memory_import(user_id: str, file: str, replace: bool) -> None:
     store = open_store(loaded)
     with operation():
         imported = store.import_document(user_id, items, mode="replace" if replace else "merge")
-    print_json(imported_json(imported, loaded.config.memory.token_limit))
+    show(imported_json(imported, loaded.config.memory.token_limit), views.imported)
 
 
 @memory_group.command("history")
 @config_option
 @user_option
+@json_option
 @click.argument("key", required=False)
 @click.option(
     "--limit",
@@ -168,12 +175,13 @@ def memory_history(user_id: str, key: str | None, limit: int, before: int | None
     user_id = checked_user(user_id)
     store = open_store(loaded)
     with operation():
-        print_json(store.history(user_id, key, limit, before).as_json())
+        show(store.history(user_id, key, limit, before).as_json(), views.history)
 
 
 @memory_group.command("revert")
 @config_option
 @user_option
+@json_option
 @click.argument("key")
 @click.argument("change_id", type=int)
 def memory_revert(user_id: str, key: str, change_id: int) -> None:
@@ -183,7 +191,7 @@ def memory_revert(user_id: str, key: str, change_id: int) -> None:
     store = open_store(loaded)
     with operation():
         reverted = store.revert(user_id, key, change_id)
-    print_json(written_json(reverted, loaded.config.memory.token_limit))
+    show(written_json(reverted, loaded.config.memory.token_limit), views.written)
 
 
 def open_proposals(loaded: LoadedConfig) -> Any:
@@ -196,18 +204,20 @@ def open_proposals(loaded: LoadedConfig) -> Any:
 @memory_group.command("proposals")
 @config_option
 @user_option
+@json_option
 def memory_proposals(user_id: str) -> None:
     """Print the memory agent's proposals waiting for review, newest first."""
     loaded = loaded_config()
     user_id = checked_user(user_id)
     proposals = open_proposals(loaded)
     with operation():
-        print_json({"proposals": [p.as_json() for p in proposals.pending(user_id)]})
+        show({"proposals": [p.as_json() for p in proposals.pending(user_id)]}, views.proposals)
 
 
 @memory_group.command("accept")
 @config_option
 @user_option
+@json_option
 @click.argument("proposal_id", metavar="ID", type=click.IntRange(min=1))
 def memory_accept(user_id: str, proposal_id: int) -> None:
     """Keep proposal ID: write it as the agent's (every write rule applies; a refused one
@@ -217,7 +227,7 @@ def memory_accept(user_id: str, proposal_id: int) -> None:
     proposals = open_proposals(loaded)
     with operation():
         accepted = proposals.accept(user_id, proposal_id)
-    print_json(written_json(accepted, loaded.config.memory.token_limit))
+    show(written_json(accepted, loaded.config.memory.token_limit), views.written)
 
 
 @memory_group.command("reject")

@@ -4,8 +4,11 @@ would run with, and the MCP server over stdio.
 
 from __future__ import annotations
 
+import sys
+
 import click
 
+from kvmem.cli import views
 from kvmem.cli.command import (
     checked_user,
     config_option,
@@ -14,6 +17,8 @@ from kvmem.cli.command import (
     open_database,
     user_option,
 )
+from kvmem.cli.output import json_option, show
+from kvmem.config_loader import LoadedConfig
 
 
 @click.command()
@@ -70,11 +75,28 @@ def page_url(host: str, port: int) -> str:
 
 @click.command()
 @config_option
-def check() -> None:
-    """Validate the config and print the effective settings, secrets masked."""
+@click.option(
+    "--reach",
+    is_flag=True,
+    help="Also call the chat model and the agent's once each (one token); exit 1 if one fails.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=20.0,
+    show_default=True,
+    help="With --reach: seconds to wait for each model (at most chat.timeout).",
+)
+@json_option
+def check(reach: bool, timeout: float) -> None:
+    """Validate the config and print the effective settings, secrets masked; with --reach,
+    whether each model answers instead."""
+    loaded = loaded_config()
+    if reach:
+        reach_models(loaded, timeout)
+        return
     import yaml
 
-    loaded = loaded_config()
     config = loaded.config
     settings = config.model_dump(mode="json", by_alias=True)
     settings["database"]["url"] = config.database.masked_url()
@@ -82,6 +104,21 @@ def check() -> None:
     click.echo(yaml.safe_dump(settings, sort_keys=False, allow_unicode=True).rstrip())
     on, reason = config.agent_status()
     click.echo(f"# memory agent: {'on' if on else 'off'} ({reason})")
+
+
+def reach_models(loaded: LoadedConfig, timeout: float) -> None:
+    """`kvmem check --reach`: each model's result; exit 1 when one could not be reached."""
+    import asyncio
+
+    from kvmem.upstream import reach
+
+    results = asyncio.run(reach.reach_models(loaded.config, timeout))
+    show(
+        {"config": str(loaded.path.resolve()), "models": [r.as_json() for r in results]},
+        views.reach,
+    )
+    if any(result.failed for result in results):
+        sys.exit(1)
 
 
 @click.command()

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from kvmem.cli import views
 from kvmem.cli.command import (
     checked_user,
     config_option,
@@ -14,8 +15,8 @@ from kvmem.cli.command import (
     open_database,
     open_store,
     operation,
-    print_json,
 )
+from kvmem.cli.output import json_option, show
 
 
 @click.group("user")
@@ -28,6 +29,7 @@ def user_group() -> None:
 @config_option
 @click.option("--user", "user_id", required=True, help="The user to erase.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
 def user_erase(user_id: str, yes: bool) -> None:
     """Delete the user's entries, history, pending proposals, conversations, preferences,
     usage, sessions and API keys, in one transaction; prints the counts."""
@@ -40,7 +42,7 @@ def user_erase(user_id: str, yes: bool) -> None:
     store = open_store(loaded)
     with operation():
         erased = store.erase_user(user_id)
-    print_json(erased.as_json())
+    show(erased.as_json(), views.erased)
 
 
 @click.command()
@@ -53,6 +55,7 @@ def user_erase(user_id: str, yes: bool) -> None:
     show_default=True,
     help="How many UTC days back, today included.",
 )
+@json_option
 def usage(user_id: str | None, days: int) -> None:
     """What the memory agent used: per day for --user (as GET /usage), else per user."""
     from kvmem.agent.usage import UsageStore, UsageSum
@@ -64,15 +67,16 @@ def usage(user_id: str | None, days: int) -> None:
     store = UsageStore(open_database(loaded))
     with operation():
         if user_id is not None:
-            print_json(store.daily(user_id, days, utcnow()).as_json())
+            show(store.daily(user_id, days, utcnow()).as_json(), views.daily_usage)
             return
         users = store.by_user(days, utcnow())
     totals = UsageSum()
     for _, used in users:
         totals += used
-    print_json(
+    show(
         {
             "users": [{"user": user, **used.as_json()} for user, used in users],
             "totals": totals.as_json(),
-        }
+        },
+        views.users_usage,
     )

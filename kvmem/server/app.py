@@ -25,7 +25,15 @@ from kvmem.chat.conversations import ConversationStore
 from kvmem.chat.task_calls import TaskCalls
 from kvmem.config import Config
 from kvmem.db.engine import Database
-from kvmem.errors import ClientGone, KvmemError, MethodNotAllowed, NotFound, error_body
+from kvmem.errors import (
+    ClientGone,
+    KvmemError,
+    MethodNotAllowed,
+    NotFound,
+    UpstreamError,
+    UpstreamTimeout,
+    error_body,
+)
 from kvmem.memory.proposals import ProposalStore
 from kvmem.memory.retention import sweep_history
 from kvmem.memory.rules import MemoryRules
@@ -135,6 +143,9 @@ def create_app(
             config, database=database, tokens=tokens, client=client, metrics=metrics
         )
         mcp = McpTransport(services)
+        # Found now, not by the first chat: said once, and /healthz shows the agent not ready.
+        for problem in services.missing_keys():
+            log.warning("%s", problem)
         # The encoding loads beside start-up: not before ready (~0.5 s of CPU, a third of
         # start to ready), and not in the first write, whose caller would wait for all of it.
         tokenizer = threading.Thread(
@@ -215,8 +226,18 @@ def error_response(
 
 
 async def render_error(request: Request, exc: Exception) -> Response:
-    """A `KvmemError`, with the status and headers of its class."""
+    """A `KvmemError`, with the status and headers of its class. A model that failed is the
+    operator's to fix: logged, with the message the client gets."""
     assert isinstance(exc, KvmemError)
+    if isinstance(exc, UpstreamError | UpstreamTimeout):
+        log.warning(
+            "%s %s answered %d %s: %s",
+            request.method,
+            request.url.path,
+            exc.status,
+            exc.code,
+            exc.message,
+        )
     return error_response(request, exc, exc.headers)
 
 

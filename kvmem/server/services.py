@@ -23,6 +23,7 @@ from kvmem.server.credentials import KeyStore
 from kvmem.tokens import TokenCounter
 from kvmem.upstream.base import Target
 from kvmem.upstream.model_client import ModelClient
+from kvmem.upstream.provider_keys import missing_key
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,26 @@ class Services:
     usage: UsageStore
     proposals: ProposalStore
     task_calls: TaskCalls
+
+    def agent_key_missing(self) -> str | None:
+        """Why the memory agent's calls will be refused for want of an API key (None: no key
+        is known to be missing, or the agent is off). Inline, the agent is the main model."""
+        if not self.config.agent_status()[0]:
+            return None
+        target = self.chat_target if self.config.inline_memory() else self.agent.target
+        return missing_key(target) if target is not None else None
+
+    def missing_keys(self) -> list[str]:
+        """Every API key known to be missing, for the log at start-up: the main model's, then
+        the memory agent's."""
+        problems = []
+        chat = missing_key(self.chat_target)
+        if chat is not None:
+            problems.append(f"the chat model will fail: {chat}")
+        agent = self.agent_key_missing()
+        if agent is not None and not self.config.inline_memory():
+            problems.append(f"the memory agent will fail: {agent}")
+        return problems
 
 
 def services_of(request: Request) -> Services:

@@ -291,7 +291,16 @@ function renderOverview(overview) {
   const count = overview.memories.length;
   $("entries-count").textContent = count ? `(${count})` : "";
   $("empty").hidden = count > 0;
+  renderEmpty();
   $("clear-all").disabled = count === 0;
+}
+
+// An empty list says how memory gets there: the assistant, asked in a chat, or this page;
+// with memory off for this user's chats, only this page, until it is switched on.
+function renderEmpty() {
+  $("empty").textContent = state.overview.enabled
+    ? "Nothing is remembered yet. Ask the assistant in a chat to remember something (\u201cremember that I prefer tea\u201d), or add a memory above."
+    : "Nothing is remembered yet. Memory is off for your chats, so the assistant remembers nothing you tell it: switch on \u201cUse memory in chats\u201d, or add a memory above.";
 }
 
 function renderUsage({ total_tokens: total, token_limit: limit, usage_percentage: percent }) {
@@ -652,6 +661,10 @@ async function toggleMemory() {
   try {
     const { memories } = await api("PATCH", "/preferences", { memories: wanted });
     box.checked = memories;
+    if (state.overview) {
+      state.overview.enabled = memories;
+      renderEmpty();
+    }
     announce(memories ? "Memory is on for your chats." : "Memory is off: chats neither read nor save it.");
   } catch (error) {
     box.checked = !wanted;

@@ -13,7 +13,10 @@ imports none of them; it knows nothing of litellm, aiohttp or the config.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import socket
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -54,6 +57,10 @@ class Target:
     timeout: float = 120.0
     kind: str = "main"  # "main" (the chat) or "agent" (the memory agent), for the metrics
     client: ClientName = "litellm"  # which client calls it (model_client.choose_client)
+    # The settings that chose this model and its URL, named in an error a person must act on.
+    settings: str = "chat.model or chat.api_base"
+    # The setting that gives it its API key (provider_keys.py names it when one is missing).
+    key_setting: str = "chat.api_key"
 
     def headers_for(self, user_id: str) -> dict[str, str]:
         """The headers with `{{LIBRECHAT_USER_ID}}`/`{{KVMEM_USER_ID}}` set to the user."""
@@ -103,6 +110,58 @@ class UpstreamClient(ABC):
 def timeout_message(target: Target) -> str:
     """The message of an `UpstreamTimeout` for `target`."""
     return f"the model did not answer within {target.timeout:g} seconds"
+
+
+# A Python object's repr, as some libraries put in their messages (`ssl:<ssl.SSLContext
+# object at 0x7f...>`): never shown to a person.
+_OBJECT_REPR = re.compile(r"\s*\S*<[^<>]*\bobject at 0x[0-9A-Fa-f]+>")
+
+
+def plain_text(text: str) -> str:
+    """`text` without Python object reprs (`<ssl.SSLContext object at 0x...>`)."""
+    return _OBJECT_REPR.sub("", text)
+
+
+def connect_reason(error: BaseException) -> str:
+    """Why a connection could not be made, in a few words a person knows ("connection
+    refused", "host name not found: Name or service not known"), from the deepest
+    `OSError` under `error` (its causes included)."""
+    deepest: BaseException = error
+    for cause in causes(error):
+        if isinstance(cause, OSError):
+            deepest = cause
+    if isinstance(deepest, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(deepest, socket.gaierror):
+        return f"host name not found ({deepest.strerror or deepest})"
+    code = getattr(deepest, "errno", None)
+    if isinstance(code, int) and code in errno.errorcode:
+        return os.strerror(code).lower()
+    return plain_text(str(getattr(deepest, "strerror", None) or deepest)) or type(deepest).__name__
+
+
+def causes(error: BaseException) -> list[BaseException]:
+    """`error` and the chain of its causes (`__cause__`, else `__context__`), each once."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+# The words of every unreachable model's message (`unreachable_message`).
+UNREACHABLE = "cannot reach"
+
+
+def unreachable_message(target: Target, url: str, reason: str) -> str:
+    """The message of a model call that could not connect: which model, the URL tried, why,
+    and which settings choose them (`Target.settings`)."""
+    whose = "the memory agent's model" if target.kind == "agent" else "the model"
+    return (
+        f"the model call failed: {UNREACHABLE} {whose} {target.model} at {url} ({reason}). "
+        f"Start it there, or change {target.settings}"
+    )
 
 
 def openai_error_fields(error: Mapping[str, Any], scrub: Callable[[str], str]) -> dict[str, Any]:

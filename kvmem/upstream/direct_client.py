@@ -45,8 +45,11 @@ from kvmem.upstream.base import (
     UPSTREAM_KEEPALIVE_SECONDS,
     Target,
     UpstreamClient,
+    connect_reason,
     openai_error_fields,
+    plain_text,
     timeout_message,
+    unreachable_message,
 )
 from kvmem.upstream.redaction import SecretScrubber
 
@@ -135,7 +138,7 @@ class DirectClient(UpstreamClient):
         except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors
             raise UpstreamTimeout(timeout_message(target)) from exc
         except aiohttp.ClientError as exc:
-            raise self._transport_error(exc) from exc
+            raise self._transport_error(target, exc) from exc
         try:
             return json.loads(data)
         except ValueError as exc:
@@ -176,7 +179,7 @@ class DirectClient(UpstreamClient):
         except TimeoutError as exc:
             raise UpstreamTimeout(timeout_message(target)) from exc
         except aiohttp.ClientError as exc:
-            raise self._transport_error(exc) from exc
+            raise self._transport_error(target, exc) from exc
         finally:
             self._timed(target, started)
             if response is not None:
@@ -192,18 +195,12 @@ class DirectClient(UpstreamClient):
         body.update(model=upstream_model(target.model), messages=messages)
         headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         # As the OpenAI SDK (and litellm) do: without a configured key or base URL, the
-        # environment's OPENAI_API_KEY and OPENAI_BASE_URL (or OPENAI_API_BASE) are used.
+        # environment's OPENAI_API_KEY and OPENAI_BASE_URL (or OPENAI_API_BASE, `api_base`).
         api_key = target.api_key or os.environ.get("OPENAI_API_KEY")
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         headers.update(target.headers_for(user_id))
-        api_base = (
-            target.api_base
-            or os.environ.get("OPENAI_BASE_URL")
-            or os.environ.get("OPENAI_API_BASE")
-            or OPENAI_BASE
-        )
-        route = self._route(api_base)
+        route = self._route(api_base(target))
         if route.basic_auth is not None:  # as httpx: the URL's user:password wins
             headers["Authorization"] = route.basic_auth
         return {
@@ -261,8 +258,14 @@ class DirectClient(UpstreamClient):
             upstream_status=200,
         )
 
-    def _transport_error(self, exc: aiohttp.ClientError) -> KvmemError:
+    def _transport_error(self, target: Target, exc: aiohttp.ClientError) -> KvmemError:
         """A connection that failed, broke or answered with what is not HTTP."""
+        if isinstance(exc, aiohttp.ClientConnectorError):  # no connection was made
+            url = self.scrubber.scrub(str(self._route(api_base(target)).url))
+            return UpstreamError(
+                unreachable_message(target, url, self.scrubber.scrub(connect_reason(exc))),
+                upstream_status=None,
+            )
         if isinstance(exc, _ResponseTooLarge):
             return UpstreamError(f"the model call failed: {exc}", upstream_status=200)
         if isinstance(exc, aiohttp.ClientResponseError):
@@ -272,7 +275,8 @@ class DirectClient(UpstreamClient):
             detail = str(exc) or type(exc).__name__
         # No status came back (litellm puts a stand-in 500 here); null says so.
         return UpstreamError(
-            f"the model call failed: {self.scrubber.scrub(detail)}", upstream_status=None
+            f"the model call failed: {self.scrubber.scrub(plain_text(detail))}",
+            upstream_status=None,
         )
 
 
@@ -301,6 +305,17 @@ class _Route(NamedTuple):
 
 class _ResponseTooLarge(aiohttp.ClientError):
     """The upstream's answer grew past `MAX_RESPONSE_BYTES`."""
+
+
+def api_base(target: Target) -> str:
+    """The base URL `target`'s requests go to. As the OpenAI SDK (and litellm) do: without a
+    configured one, the environment's OPENAI_BASE_URL (or OPENAI_API_BASE), else OpenAI's."""
+    return (
+        target.api_base
+        or os.environ.get("OPENAI_BASE_URL")
+        or os.environ.get("OPENAI_API_BASE")
+        or OPENAI_BASE
+    )
 
 
 def upstream_model(model: str) -> str:

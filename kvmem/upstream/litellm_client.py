@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aiohttp
 import anyio
 
 from kvmem.errors import (
@@ -34,8 +35,12 @@ from kvmem.upstream.base import (
     UPSTREAM_KEEPALIVE_SECONDS,
     Target,
     UpstreamClient,
+    causes,
+    connect_reason,
     openai_error_fields,
+    plain_text,
     timeout_message,
+    unreachable_message,
 )
 from kvmem.upstream.redaction import SecretScrubber
 
@@ -193,7 +198,15 @@ def translate(exc: BaseException, target: Target, scrubber: SecretScrubber) -> K
     if isinstance(exc, litellm.Timeout | TimeoutError):
         return UpstreamTimeout(timeout_message(target))
     scrub = scrubber.scrub
-    message = scrub(_upstream_message(exc))
+    unconnected = _connect_error(exc)
+    if unconnected is not None:
+        return UpstreamError(
+            unreachable_message(
+                target, scrub(litellm_url(target)), scrub(connect_reason(unconnected))
+            ),
+            upstream_status=None,
+        )
+    message = scrub(plain_text(_upstream_message(exc)))
     if isinstance(exc, litellm.RateLimitError):
         return UpstreamRateLimited(
             f"the model is rate limited: {message}", retry_after=_retry_after(exc)
@@ -210,6 +223,30 @@ def translate(exc: BaseException, target: Target, scrubber: SecretScrubber) -> K
         )
     details = {"upstream_status": status} if isinstance(status, int) else {}
     return UpstreamError(f"the model call failed: {message}", **details)
+
+
+def _connect_error(exc: BaseException) -> BaseException | None:
+    """The error under `exc` that says no connection could be made, if one does: aiohttp's
+    `ClientConnectorError` (refused, host not found, TLS) or httpx's `ConnectError`, which
+    litellm wraps in classes of its own (`APIConnectionError`, `InternalServerError`)."""
+    for cause in causes(exc):
+        if isinstance(cause, aiohttp.ClientConnectorError) or (
+            type(cause).__name__ == "ConnectError" and type(cause).__module__.startswith("httpx")
+        ):
+            return cause
+    return None
+
+
+def litellm_url(target: Target) -> str:
+    """The base URL litellm calls `target` at: the configured one, else the provider's own
+    default as litellm knows it (Ollama's http://localhost:11434, Groq's, ...)."""
+    if target.api_base:
+        return target.api_base
+    try:
+        _, provider, _, default = load_litellm().get_llm_provider(target.model)
+    except Exception:  # an unknown provider: litellm refuses before any call is made
+        return "its provider's default URL"
+    return default or f"{provider}'s default URL"
 
 
 def _upstream_error_object(

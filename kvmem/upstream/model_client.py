@@ -77,6 +77,8 @@ def chat_target(chat: ChatConfig, model: str | None = None) -> Target:
         headers=_headers(chat.headers),
         parameters=dict(chat.model_parameters),
         timeout=chat.timeout,
+        # KVMEM_CHAT_MODEL is the variable the shipped memory.yaml reads chat.model from.
+        settings="chat.model (KVMEM_CHAT_MODEL in the shipped memory.yaml) or chat.api_base",
     )
 
 
@@ -91,10 +93,21 @@ def agent_target(config: Config) -> Target | None:
         api_base = agent.api_base or endpoint.base_url
         api_key = _secret(agent.api_key) or _secret(endpoint.api_key)
         headers = {**_headers(endpoint.headers), **_headers(agent.headers)}
+        settings = (
+            f"the baseURL of endpoints.custom {endpoint.name!r}, or memory.agent.provider, "
+            "memory.agent.model or memory.agent.api_base"
+        )
+        key_setting = (
+            "memory.agent.api_key"
+            if agent.api_key is not None
+            else f"the apiKey of endpoints.custom {endpoint.name!r}"
+        )
     else:
         provider = agent.provider.lower()
         model = f"{PROVIDER_ALIASES.get(provider, provider)}/{agent.model}"
         api_base, api_key, headers = agent.api_base, _secret(agent.api_key), _headers(agent.headers)
+        settings = "memory.agent.provider, memory.agent.model or memory.agent.api_base"
+        key_setting = "memory.agent.api_key"
     return Target(
         model=model,
         api_base=api_base,
@@ -104,6 +117,8 @@ def agent_target(config: Config) -> Target | None:
         timeout=config.chat.timeout,
         kind="agent",
         client=choose_client(config.chat.client, model),
+        settings=settings,
+        key_setting=key_setting,
     )
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -129,3 +134,46 @@ def run_all(commands: list[list[str]], cwd: Path) -> list[Result]:
     """Run independent commands side by side (each is a whole Python start-up)."""
     with ThreadPoolExecutor(max_workers=4) as pool:
         return list(pool.map(lambda args: run(args, cwd=cwd), commands))
+
+
+# What decides how a terminal program prints, none of it taken from the caller's environment.
+TERMINAL_VARIABLES = ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "COLUMNS", "LINES", "TERM")
+
+
+def run_in_terminal(
+    args: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None, columns: int = 80
+) -> Result:
+    """Run `python -m kvmem ARGS` with stdout on a pseudo-terminal `columns` wide (an xterm),
+    as a person at a terminal runs it; `stdout` is what the terminal received (line ends
+    as `\n`), `stderr` is piped."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    environ = {
+        k: v for k, v in os.environ.items() if k != "KVMEM_CONFIG" and k not in TERMINAL_VARIABLES
+    } | {"TERM": "xterm-256color", **(env or {})}
+    with subprocess.Popen(
+        [sys.executable, "-m", "kvmem", *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env=environ,
+    ) as process:
+        os.close(follower)
+        received = bytearray()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], deadline - time.monotonic())
+            if not ready:
+                break
+            try:
+                part = os.read(leader, 65536)
+            except OSError:  # EIO: the program closed the terminal's other end
+                break
+            if not part:
+                break
+            received += part
+        os.close(leader)
+        stderr = process.stderr.read().decode() if process.stderr else ""
+        code = process.wait(timeout=60)
+    return Result(code, received.decode().replace("\r\n", "\n"), stderr)

@@ -13,16 +13,19 @@ from kvmem.server.services import services_of
 
 async def healthz(request: Request) -> Response:
     """Always 200 while the process serves (chat works without the store); says if the store
-    is up, and whether the agent is on, why, and its last failure: its code and upstream
-    status, and its message (secrets masked) only to a caller holding a service key."""
+    is up, and whether the agent is on, whether it is ready (on, and no API key it needs is
+    missing), why, and its last failure: its code and upstream status, and its message
+    (secrets masked) only to a caller holding a service key."""
     services = services_of(request)
     reachable = await run_in_threadpool(services.database.ping)
     store = "ok" if reachable else "unavailable"
     enabled, reason = services.config.agent_status()
+    missing = services.agent_key_missing()
     last_error = services.agent.last_error
     agent = {
         "enabled": enabled,
-        "reason": reason,
+        "ready": enabled and missing is None,
+        "reason": missing or reason,
         "last_error": last_error.as_json(
             with_message=services.auth.holds_service_key(request.headers)
         )
