@@ -24,7 +24,7 @@ from kvmem.cli.command import (
     open_store,
     operation,
 )
-from kvmem.cli.command import print_json as print_document
+from kvmem.cli.output import print_json as print_document
 from kvmem.errors import KvmemError
 
 DEFAULT_KEY = "learned_facts"
