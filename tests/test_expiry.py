@@ -20,6 +20,7 @@ from kvmem.memory.expirations import EXPIRE_BATCH
 from kvmem.memory.retention import expire_due_batch, expire_once
 from tests.support.apps import services
 from tests.support.matchers import ISO_TIME, entry
+from tests.support.plans import sqlite_trace
 
 START = datetime(2030, 3, 4, 10, 0, 0, tzinfo=UTC)  # a Monday
 
@@ -409,3 +410,31 @@ def test_an_entry_expires_while_the_server_runs(
         "system",
         written["expires_at"],
     )
+
+
+@pytest.mark.sqlite_only
+def test_the_sqlite_fast_read_stays_one_read_while_entries_wait_to_expire(
+    make_store: Any, clock: Clock
+) -> None:
+    store = make_store()
+    store.clock = clock
+    store.set("alice", "trip", "Lisbon", expires_at=START + timedelta(hours=1))
+    store.set("alice", "name", "Ada")
+    first = store.snapshot("alice").entries  # read once, then cached
+
+    def reads() -> list[str]:
+        seen: list[str] = []
+        with sqlite_trace(seen.append):
+            entries = store.snapshot("alice").entries
+        assert entries == store.snapshot("alice").entries
+        return [s for s in seen if s.lstrip().upper().startswith(("SELECT", "UPDATE", "INSERT"))]
+
+    [only] = reads()
+    assert only.lstrip().upper().startswith("SELECT USERS.MEMORIES_ENABLED")
+    assert store.snapshot("alice").entries is first  # the same tuple: the block cache holds
+    clock.advance(hours=1)
+    expiring = reads()  # this read expires the trip: a write, once
+    assert sum(s.upper().startswith("INSERT INTO MEMORY_CHANGES") for s in expiring) == 1
+    assert [e.key for e in store.snapshot("alice").entries] == ["name"]
+    [only] = reads()
+    assert only.lstrip().upper().startswith("SELECT USERS.MEMORIES_ENABLED")
