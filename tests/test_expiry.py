@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from kvmem.entries import iso
-from kvmem.memory.expirations import EXPIRE_BATCH
-from kvmem.memory.retention import expire_due_batch, expire_once
+from kvmem.memory import retention
 from tests.support.apps import services
 from tests.support.matchers import ISO_TIME, entry
 from tests.support.plans import sqlite_trace
 
 START = datetime(2030, 3, 4, 10, 0, 0, tzinfo=UTC)  # a Monday
+EXPIRE_BATCH = 50  # kvmem.memory.expirations's: entries marked per transaction
 
 
 class Clock:
@@ -298,7 +298,7 @@ def test_the_sweep_expires_entries_of_users_nobody_reads(make_store: Any, clock:
     store.set("bob", "visit", "sister", expires_at=START + timedelta(hours=2))
     store.set("bob", "name", "Bob")
     clock.advance(hours=3)
-    expired = asyncio.run(expire_once(store))
+    expired = asyncio.run(retention.expire_once(store))
     assert expired == 2
     # The sweep wrote the changes: a reader that expires nothing itself finds them.
     store.expire_due = lambda user_id, now: 0  # type: ignore[method-assign]
@@ -307,7 +307,7 @@ def test_the_sweep_expires_entries_of_users_nobody_reads(make_store: Any, clock:
     ]
     assert [e.key for e in store.snapshot("bob").entries] == ["name"]
     assert store.snapshot("alice").entries == ()
-    assert asyncio.run(expire_once(store)) == 0
+    assert asyncio.run(retention.expire_once(store)) == 0
 
 
 def test_one_sweep_transaction_expires_at_most_a_batch(make_store: Any, clock: Clock) -> None:
@@ -316,9 +316,9 @@ def test_one_sweep_transaction_expires_at_most_a_batch(make_store: Any, clock: C
     for index in range(EXPIRE_BATCH + 7):
         store.set(f"user{index % 3}", f"k{index}", "v", expires_at=START + timedelta(minutes=1))
     clock.advance(hours=1)
-    assert expire_due_batch(store) == EXPIRE_BATCH
-    assert expire_due_batch(store) == 7
-    assert expire_due_batch(store) == 0
+    assert retention.expire_due_batch(store) == EXPIRE_BATCH
+    assert retention.expire_due_batch(store) == 7
+    assert retention.expire_due_batch(store) == 0
     total = sum(
         1
         for user in ("user0", "user1", "user2")
@@ -438,3 +438,9 @@ def test_the_sqlite_fast_read_stays_one_read_while_entries_wait_to_expire(
     assert [e.key for e in store.snapshot("alice").entries] == ["name"]
     [only] = reads()
     assert only.lstrip().upper().startswith("SELECT USERS.MEMORIES_ENABLED")
+
+
+def test_the_batch_is_the_stores() -> None:
+    from kvmem.memory.expirations import EXPIRE_BATCH as STORES
+
+    assert STORES == EXPIRE_BATCH
