@@ -155,9 +155,22 @@ def test_put_refuses_both_fields_a_time_not_in_the_future_and_garbage(
     assert client.get("/memory/history").json() == {"changes": [], "next": None}
 
 
-def test_a_boolean_expires_in_is_a_wrong_type(client: Any) -> None:
-    response = put(client, "trip", "in Lisbon", expires_in=True)
-    assert response.status_code == 400
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"expires_in": True},
+            "invalid request body: expires_in.int: Input should be a valid integer; "
+            "expires_in.str: Input should be a valid string",
+        ),
+        ({"expires_at": 5}, "invalid request body: expires_at: Input should be a valid string"),
+    ],
+)
+def test_an_expiry_of_the_wrong_type_is_refused(
+    client: Any, body: dict[str, Any], message: str
+) -> None:
+    response = put(client, "trip", "in Lisbon", **body)
+    assert (response.status_code, response.json()) == (400, bad_request(message))
     assert client.get("/memory/trip").status_code == 404
 
 
