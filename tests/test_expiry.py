@@ -22,7 +22,7 @@ from tests.support.matchers import ISO_TIME, entry
 from tests.support.plans import sqlite_trace
 
 START = datetime(2030, 3, 4, 10, 0, 0, tzinfo=UTC)  # a Monday
-EXPIRE_BATCH = 50  # kvmem.memory.expirations's: entries marked per transaction
+EXPIRE_BATCH = 20  # kvmem.memory.expirations's: entries marked per transaction
 
 
 class Clock:
