@@ -457,3 +457,24 @@ def test_the_batch_is_the_stores() -> None:
     from kvmem.memory.expirations import EXPIRE_BATCH as STORES
 
     assert STORES == EXPIRE_BATCH
+
+
+def test_a_due_entry_is_left_out_even_when_its_expiry_cannot_be_written_now(
+    make_store: Any, clock: Clock
+) -> None:
+    from kvmem.errors import StoreUnavailable
+
+    store = make_store()
+    store.clock = clock
+    store.set("alice", "trip", "Lisbon", expires_at=START + timedelta(hours=1))
+    store.set("alice", "name", "Ada")
+    clock.advance(hours=2)
+
+    def unavailable(user_id: str, now: datetime) -> int:
+        raise StoreUnavailable("the writer is busy")
+
+    store.expire_due = unavailable  # type: ignore[method-assign]
+    assert [e.key for e in store.snapshot("alice").entries] == ["name"]
+    del store.expire_due  # the next read marks it
+    assert [e.key for e in store.snapshot("alice").entries] == ["name"]
+    assert [c.op for c in store.history("alice").changes] == ["expire", "set", "set"]

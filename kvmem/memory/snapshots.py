@@ -11,6 +11,7 @@ on the pooled sqlite3 connection (`Database.reading_cursor`). Every query is sco
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -25,9 +26,11 @@ from sqlalchemy.orm import Session
 from kvmem.db.engine import Database
 from kvmem.db.tables import MemoryEntry, User
 from kvmem.entries import Entry, Snapshot, utcnow
-from kvmem.errors import NotFound
+from kvmem.errors import NotFound, StoreUnavailable
 from kvmem.memory.history import Change, ChangeLog, HistoryPage
 from kvmem.memory.rules import MemoryRules
+
+log = logging.getLogger("kvmem.store")
 
 _SNAPSHOT = (
     select(
@@ -177,9 +180,16 @@ class MemoryReader:
         loaded, enabled = self._loaded(user_id)
         # One comparison on every chat request; a write only when an entry's time has come.
         due = loaded.due_at is not None and loaded.due_at <= self.clock()
-        if due and self.expire_due(user_id, self.clock()):
-            loaded, enabled = self._loaded(user_id)
-        return loaded, enabled
+        if not due:
+            return loaded, enabled
+        try:
+            expired = self.expire_due(user_id, self.clock())
+        except StoreUnavailable as exc:
+            # The writer is out of reach (the read went through): answer without the due
+            # entries all the same (`Loaded.entries_at`); the next read or the sweep marks them.
+            log.warning("could not expire the due entries of %s now: %s", user_id, exc)
+            return loaded, enabled
+        return self._loaded(user_id) if expired else (loaded, enabled)
 
     def _loaded(self, user_id: str) -> tuple[Loaded, bool]:
         """The user's entry rows and opt-out switch."""
