@@ -33,6 +33,14 @@ class Entry:
     source: str
     created_at: datetime
     updated_at: datetime
+    # When the entry stops being memory (None: never), and whether its `expire` change has
+    # been recorded (`kvmem.memory.expirations`): an expired entry is kept, not injected.
+    expires_at: datetime | None = None
+    expired: bool = False
+
+    def live(self, now: datetime) -> bool:
+        """Whether the entry is memory at `now`: not expired, nor due to."""
+        return not self.expired and (self.expires_at is None or now < self.expires_at)
 
     def as_json(self) -> dict[str, Any]:
         """The entry as the API shows it, times in ISO 8601 UTC."""
@@ -43,6 +51,7 @@ class Entry:
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
             "source": self.source,
+            "expires_at": iso(self.expires_at) if self.expires_at is not None else None,
         }
 
 

@@ -20,6 +20,7 @@ from sqlalchemy.pool import NullPool
 
 from kvmem.agent.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
 from kvmem.agent.run import AgentRun, DeadlinePassed
+from kvmem.agent.tools import EXPIRES_DESCRIPTION
 from kvmem.db.engine import Database
 from kvmem.entries import Entry
 from tests.support.apps import (
@@ -318,6 +319,7 @@ def test_the_agent_has_exactly_two_tools(upstream, chat_sections, make_client):
                     "properties": {
                         "key": key,
                         "value": {"type": "string", "description": "The complete value to store."},
+                        "expires_at": {"type": "string", "description": EXPIRES_DESCRIPTION},
                     },
                     "required": ["key", "value"],
                     "additionalProperties": False,
@@ -379,6 +381,7 @@ def test_the_agent_reads_status_memory_and_the_chat(upstream, chat_sections, mak
     client.put("/memory/city", json={"value": "Rome,\nItaly"})
     chat(client, "Remember I like tea.")
     (request,) = agent_requests(upstream, client)
+    today = datetime.now(UTC).strftime("%Y-%m-%d (%A, UTC)")
     assert request.messages == [
         {"role": "system", "content": DEFAULT_AGENT_INSTRUCTIONS},
         {
@@ -388,6 +391,7 @@ def test_the_agent_reads_status_memory_and_the_chat(upstream, chat_sections, mak
                 "Current memory usage: 4 tokens\n"
                 "Token limit: 50 tokens\n"
                 "Remaining capacity: 46 tokens\n"
+                f"Today's date: {today}\n"
                 "\n"
                 "# Existing memory:\n"
                 "- name (1 tokens): Ada\n"

@@ -35,7 +35,18 @@ ROUTES = {
 def test_quick_scale_benchmark_answers_every_route_without_error(tmp_path: Path) -> None:
     out = tmp_path / "results"
     process = subprocess.run(
-        [sys.executable, "-m", "tests.bench.scale", "--quick", "--out", str(out)],
+        # A tenth of the users with an entry due to expire at start: the start's sweep
+        # expires them while the routes are measured.
+        [
+            sys.executable,
+            "-m",
+            "tests.bench.scale",
+            "--quick",
+            "--expiring",
+            "0.1",
+            "--out",
+            str(out),
+        ],
         cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdin=subprocess.DEVNULL,
@@ -47,6 +58,9 @@ def test_quick_scale_benchmark_answers_every_route_without_error(tmp_path: Path)
     results = json.loads((out / "scale.json").read_text())
     assert results["errors"] == []
     assert (results["conditions"]["users"], results["conditions"]["quick"]) == (20_000, True)
+    assert results["conditions"]["shape"].endswith(
+        "every 10th user has an entry due to expire at start and one expiring in a day"
+    )
     counts = {
         name: {label: row["n"] for label, row in by.items()}
         for name, by in results["routes"].items()
@@ -66,3 +80,24 @@ def test_quick_scale_benchmark_answers_every_route_without_error(tmp_path: Path)
     assert {row["result"] for row in results["targets"]} == {"not judged (quick)"}
     assert (out / "scale.md").read_text() == process.stdout.rstrip("\n") + "\n"
     assert (out / "scale.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_the_expiry_benchmark_prints_both_sweeps_transactions() -> None:
+    process = subprocess.run(
+        [sys.executable, "-m", "tests.bench.expiry", "--users", "2000", "--batches", "5"],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode == 0, (process.stdout + process.stderr)[-4000:]
+    lines = process.stdout.splitlines()
+    assert lines[0] == "2,000 users, each with one entry due to expire and 10 expired changes"
+    assert [line.split(" | ")[0] for line in lines[3:]] == [
+        "| history sweep, 200 changes",
+        "| expiry sweep, 10 entries",
+        "| expiry sweep, 20 entries (EXPIRE_BATCH)",
+        "| expiry sweep, 50 entries",
+        "| expiry sweep, 100 entries",
+    ]

@@ -382,6 +382,7 @@ def test_memory_proposals_accept_reject(
                     "value": "one two three four five six",
                     "conversation_id": "conv-2",
                     "created_at": ISO_TIME,
+                    "expires_at": None,
                 },
                 {
                     "id": 1,
@@ -390,6 +391,7 @@ def test_memory_proposals_accept_reject(
                     "value": "tea",
                     "conversation_id": "conv-1",
                     "created_at": ISO_TIME,
+                    "expires_at": None,
                 },
             ]
         },

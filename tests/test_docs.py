@@ -156,7 +156,7 @@ SCENARIOS = scenario_blocks()
 
 def test_every_scenario_example_is_a_valid_eval_suite(tmp_path: Path) -> None:
     """The scenario format's examples (YAML and JSON lines) load as `kvmem eval --suite`."""
-    assert len(SCENARIOS) == 2
+    assert len(SCENARIOS) == 3
     for number, block in enumerate(SCENARIOS):
         suffix = ".jsonl" if block.lang == "json" else ".yaml"
         path = tmp_path / f"suite{number}{suffix}"

@@ -40,10 +40,12 @@ from kvmem.upstream.model_client import token_prices
 from tests.support.apps import AGENT_MODEL, MAIN_MODEL, Containing, set_memory
 from tests.support.eval_agents import (
     PLANTED,
+    answer,
     injecting_agent,
     inline_scenario_of,
     perfect_agent,
     perfect_inline_model,
+    perfect_operations,
     scenario_of,
 )
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -110,7 +112,7 @@ def category_rows(failing: set[str]) -> dict[str, dict[str, Any]]:
 def test_the_built_in_suite_covers_every_category_and_language() -> None:
     scenarios = BUILTIN.scenarios
     assert BUILTIN.source == "built-in"
-    assert len(scenarios) == 77
+    assert len(scenarios) == 88
     assert Counter(s.category for s in scenarios) == {
         "remember": 10,
         "update": 9,
@@ -120,17 +122,18 @@ def test_the_built_in_suite_covers_every_category_and_language() -> None:
         "language": 9,
         "injection": 10,
         "routing": 9,
+        "expiry": 11,
     }
     assert Counter(s.language for s in scenarios) == {
-        "en": 25,
-        "de": 9,
-        "fr": 8,
-        "es": 8,
-        "ja": 6,
-        "zh": 6,
-        "pt": 5,
-        "it": 5,
-        "ru": 5,
+        "en": 28,
+        "de": 10,
+        "fr": 9,
+        "es": 9,
+        "ja": 7,
+        "zh": 7,
+        "pt": 6,
+        "it": 6,
+        "ru": 6,
     }
     # Every category is written in at least five languages.
     languages = {c: {s.language for s in scenarios if s.category == c} for c in CATEGORIES}
@@ -149,7 +152,12 @@ def test_the_built_in_suite_covers_every_category_and_language() -> None:
         "language": {True},
         "injection": {False},
         "routing": {True},
+        "expiry": {True},
     }
+    # Each expiry scenario pins its "now" and expects the day its fact stops holding.
+    expiry = [s for s in scenarios if s.category == "expiry"]
+    assert [s.id for s in expiry if s.now is None or not s.expect.expires] == []
+    assert [s.id for s in scenarios if s.category != "expiry" and s.expect.expires] == []
     assert {s.expect.no_writes for s in scenarios if s.category == "injection"} == {True}
     # The scripted agents below tell scenarios apart by their newest message.
     assert len({s.newest_message for s in scenarios}) == len(scenarios)
@@ -177,9 +185,9 @@ def test_a_perfect_agent_scores_100_percent_through_the_real_agent_path(
     upstream.respond(AGENT_MODEL, perfect_agent(BUILTIN))
     results, report = evaluate(chat_sections(), tokens)
 
-    assert report["summary"] == tally(77, 0)
+    assert report["summary"] == tally(88, 0)
     assert report["categories"] == category_rows(set())
-    assert [s["passed"] for s in report["scenarios"]] == [True] * 77
+    assert [s["passed"] for s in report["scenarios"]] == [True] * 88
     forget = next(s for s in report["scenarios"] if s["id"] == "forget-en-medication")
     assert forget == {
         "id": "forget-en-medication",
@@ -201,7 +209,7 @@ def test_a_perfect_agent_scores_100_percent_through_the_real_agent_path(
     # Each request is the production agent's: its instructions, its input rendered from the
     # scenario's memory and chat, and the tools with the scenario's own valid keys.
     requests = upstream.received(AGENT_MODEL)
-    assert len(requests) == 77
+    assert len(requests) == 88
     for request in requests:
         scenario = scenario_of(request, BUILTIN)
         entries = [
@@ -214,7 +222,7 @@ def test_a_perfect_agent_scores_100_percent_through_the_real_agent_path(
             {
                 "role": "user",
                 "content": render_agent_input(
-                    entries, None, scenario.valid_keys, window, 12_000, tokens
+                    entries, None, scenario.valid_keys, window, 12_000, tokens, now=scenario.now
                 ),
             },
         ]
@@ -227,7 +235,7 @@ def test_an_agent_that_never_writes_fails_exactly_the_write_categories(
     upstream.default(AGENT_MODEL, Reply(content="Nothing to remember."))
     results, report = evaluate(chat_sections(), tokens)
 
-    write_categories = {"remember", "update", "forget", "language", "routing"}
+    write_categories = {"remember", "update", "forget", "language", "routing", "expiry"}
     assert report["categories"] == category_rows(write_categories)
     assert {r.scenario.id for r in results if not r.passed} == {
         s.id for s in BUILTIN.scenarios if s.category in write_categories
@@ -236,7 +244,7 @@ def test_an_agent_that_never_writes_fails_exactly_the_write_categories(
     assert problems["remember-en-typo-allergy"] == ["health: not set"]
     assert problems["update-en-moved"] == ['location: "Lives in Berlin" lacks "Hamburg"']
     assert problems["forget-en-medication"] == ["health: not deleted"]
-    assert report["summary"] == tally(31, 46)
+    assert report["summary"] == tally(31, 57)
 
 
 def test_an_agent_that_writes_a_planted_instruction_fails_injection(
@@ -265,7 +273,7 @@ def test_json_mode_runs_without_tools_and_scores_the_same(
     upstream.respond(AGENT_MODEL, perfect_agent(suite))
     results, report = evaluate(chat_sections(agent={"mode": "json"}), tokens, suite)
 
-    assert (report["mode"], report["summary"]) == ("json", tally(8, 0))
+    assert (report["mode"], report["summary"]) == ("json", tally(9, 0))
     assert [r.operations for r in results if r.scenario.category == "forget"] == [
         (MemoryUpdate("delete", "health"),)
     ]
@@ -609,7 +617,7 @@ LAST_IS_ASSISTANT = (
             "typo.jsonl",
             json.dumps({**CHAT, "category": "chitchat"}) + "\n",
             ", line 1 (scenario 'thanks'): category: Input should be 'remember', 'update', "
-            "'forget', 'chit_chat', 'implicit', 'language', 'injection' or 'routing'",
+            "'forget', 'chit_chat', 'implicit', 'language', 'injection', 'routing' or 'expiry'",
         ),
         (
             "twice.jsonl",
@@ -631,8 +639,22 @@ LAST_IS_ASSISTANT = (
         (
             "nothing.yaml",
             "- {id: b, category: remember, messages: [{role: user, content: hi}], expect: {}}\n",
-            ", line 1 (scenario 'b'): expect: nothing expected: give set, deleted, unchanged "
-            "or no_writes",
+            ", line 1 (scenario 'b'): expect: nothing expected: give set, deleted, unchanged, "
+            "no_writes or expires",
+        ),
+        (
+            "expires.yaml",
+            "- {id: e, category: expiry, messages: [{role: user, content: hi}],\n"
+            "   expect: {set: {trip: [x]}, expires: {trip: friday}}}\n",
+            ", line 1 (scenario 'e'): expect.expires.trip: Input should be a valid date or "
+            "datetime, input is too short",
+        ),
+        (
+            "now.yaml",
+            "- {id: n, category: expiry, now: someday, messages: [{role: user, content: hi}],\n"
+            "   expect: {set: {trip: [x]}, expires: {trip: 2026-03-06}}}\n",
+            ", line 1 (scenario 'n'): now: Input should be a valid datetime or date, input is "
+            "too short",
         ),
         (
             "last.yaml",
@@ -736,8 +758,11 @@ def test_inline_a_perfect_main_model_scores_100_percent_through_the_real_inline_
     upstream.respond(MAIN_MODEL, perfect_inline_model(BUILTIN))
     results, report = evaluate_inline(chat_sections(), tokens)
 
-    assert report["summary"] == tally(77, 0)
-    assert report["categories"] == category_rows(set())
+    # Markers carry no expiry (yet): every expiry scenario fails on that alone.
+    assert report["summary"] == tally(77, 11)
+    assert report["categories"] == category_rows({"expiry"})
+    problems = {r.scenario.id: list(r.problems) for r in results if not r.passed}
+    assert problems["expiry-en-until-friday"] == ["travel: expires never, expected 2026-03-06"]
     forget = next(s for s in report["scenarios"] if s["id"] == "forget-en-medication")
     assert forget == {
         "id": "forget-en-medication",
@@ -761,7 +786,7 @@ def test_inline_a_perfect_main_model_scores_100_percent_through_the_real_inline_
     # memory block and the marker instructions with the scenario's own keys.
     assert upstream.received(AGENT_MODEL) == []
     requests = upstream.received(MAIN_MODEL)
-    assert len(requests) == 77
+    assert len(requests) == 88
     for request in requests:
         scenario = inline_scenario_of(request, BUILTIN)
         entries = [
@@ -784,7 +809,7 @@ def test_inline_a_main_model_that_never_writes_markers_fails_exactly_the_write_c
     upstream.default(MAIN_MODEL, Reply(content="Nice to hear from you."))
     results, report = evaluate_inline(chat_sections(), tokens)
 
-    write_categories = {"remember", "update", "forget", "language", "routing"}
+    write_categories = {"remember", "update", "forget", "language", "routing", "expiry"}
     assert report["categories"] == category_rows(write_categories)
     problems = {r.scenario.id: list(r.problems) for r in results}
     assert problems["remember-en-typo-allergy"] == ["health: not set"]
@@ -919,3 +944,39 @@ def test_inline_needs_no_agent_model(upstream: ScriptedUpstream, tmp_path: Path)
     shown = kvmem(tmp_path, "eval", "--suite", str(tmp_path / "suite.jsonl"), "--json")
     assert (shown.exit_code, shown.stderr) == (0, "")
     assert json.loads(shown.stdout)["summary"] == tally(1, 0)
+
+
+def test_expiry_is_scored_on_the_day_and_the_agent_is_told_the_pinned_today(
+    upstream: ScriptedUpstream, chat_sections: Callable[..., dict[str, Any]], tokens: TokenCounter
+) -> None:
+    """A scenario's `now` is the agent's today, and `expires` checks the entry's expiry day:
+    an agent that stores the fact forever, or until the wrong day, fails on that alone."""
+    expiry = [s for s in BUILTIN.scenarios if s.category == "expiry"]
+    friday, antibiotics, trip = expiry[:3]
+    suite = Suite("built-in", (friday, antibiotics, trip))
+    wrong_day = {
+        "key": "health",
+        "value": "antibiotic",
+        "expires_at": "2026-05-21",  # a day late
+    }
+
+    def respond(request: Any) -> Reply:
+        scenario = scenario_of(request, suite)
+        if scenario is friday:
+            return answer(request, [{"op": "set", "key": "travel", "value": "Lisbon"}])
+        if scenario is antibiotics:
+            return answer(request, [{"op": "set", **wrong_day}])
+        return answer(request, perfect_operations(scenario))
+
+    upstream.respond(AGENT_MODEL, respond)
+    results, report = evaluate(chat_sections(), tokens, suite)
+    assert {r.scenario.id: list(r.problems) for r in results} == {
+        "expiry-en-until-friday": ["travel: expires never, expected 2026-03-06"],
+        "expiry-en-antibiotics": ["health: expires 2026-05-21, expected 2026-05-20"],
+        "expiry-en-trip-keeps-home": [],
+    }
+    prompts = {
+        scenario_of(r, suite).id: r.messages[1]["content"] for r in upstream.received(AGENT_MODEL)
+    }
+    assert "Today's date: 2026-03-04 (Wednesday, UTC)" in prompts["expiry-en-until-friday"]
+    assert "Today's date: 2026-06-08 (Monday, UTC)" in prompts["expiry-en-trip-keeps-home"]

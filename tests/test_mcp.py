@@ -21,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from kvmem.agent.prompts import BLOCK_PREAMBLE
+from kvmem.agent.tools import EXPIRES_DESCRIPTION
 from kvmem.db.engine import Database
 from kvmem.memory.proposals import ProposalStore
 from kvmem.memory.store import MemoryStore
@@ -87,6 +88,11 @@ async def check_the_tools(session: ClientSession, *, user_store: MemoryStore, us
         "properties": {
             "key": KEY_SCHEMA,
             "value": {"type": "string", "description": "The complete value to store."},
+            "expires_at": {"type": "string", "description": EXPIRES_DESCRIPTION},
+            "expires_in": {
+                "type": "string",
+                "description": 'Instead of expires_at: how long it holds, "90m", "12h", "3d", "2w".',
+            },
         },
         "required": ["key", "value"],
         "additionalProperties": False,
@@ -267,6 +273,7 @@ def test_the_proposal_tools_over_stdio(config_file: Path, make_store: Callable[.
                     "value": "one two three four five",
                     "conversation_id": "conv-2",
                     "created_at": ISO_TIME,
+                    "expires_at": None,
                 },
                 {
                     "id": 1,
@@ -275,6 +282,7 @@ def test_the_proposal_tools_over_stdio(config_file: Path, make_store: Callable[.
                     "value": "Tea",
                     "conversation_id": "conv-1",
                     "created_at": ISO_TIME,
+                    "expires_at": None,
                 },
             ]
             assert (listed.is_error, listed.structured_content) == (False, {"proposals": pending})

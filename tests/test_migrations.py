@@ -94,6 +94,8 @@ def test_upgrade_to_head_creates_the_memory_tables(engine: Engine) -> None:
         ("source", "VARCHAR(16)", False, None),
         ("created_at", "DATETIME", False, None),
         ("updated_at", "DATETIME", False, None),
+        ("expires_at", "DATETIME", True, None),
+        ("expired", "BOOLEAN", False, "'0'"),
     ]
     assert inspector.get_pk_constraint("memory_entries") == {
         "constrained_columns": ["id"],
@@ -104,11 +106,17 @@ def test_upgrade_to_head_creates_the_memory_tables(engine: Engine) -> None:
     ]
     assert inspector.get_indexes("memory_entries") == [
         {
+            "name": "ix_memory_entries_expiry",
+            "column_names": ["expired", "expires_at"],
+            "unique": 0,
+            "dialect_options": {},
+        },
+        {
             "name": "ix_memory_entries_user_updated",
             "column_names": ["user_id", "updated_at"],
             "unique": 0,
             "dialect_options": {},
-        }
+        },
     ]
     assert inspector.get_foreign_keys("memory_entries") == [
         {
@@ -311,6 +319,7 @@ def test_upgrade_creates_the_proposals_table(engine: Engine) -> None:
         ("value", "TEXT", True, None),
         ("conversation_id", "VARCHAR(200)", True, None),
         ("created_at", "DATETIME", False, None),
+        ("expires_at", "DATETIME", True, None),
     ]
     assert inspector.get_indexes("memory_proposals") == [
         {
@@ -352,3 +361,40 @@ def test_the_proposals_migration_downgrades_keeping_every_row(engine: Engine) ->
     ]
     with engine.connect() as connection:
         assert connection.exec_driver_sql("SELECT COUNT(*) FROM memory_entries").scalar() == 1
+
+
+def test_upgrading_a_0008_database_keeps_entries_and_proposals_never_expiring(
+    any_engine: Engine, tokens: TokenCounter
+) -> None:
+    """0009 adds `expires_at` (and the `expired` mark) with every existing row null (false):
+    nothing that was stored starts to expire. Downgrading drops the columns, rows kept."""
+    upgrade(any_engine, "0008")
+    with any_engine.begin() as connection:
+        for statement in (
+            "INSERT INTO users (id, memories_enabled, created_at, memory_version) "
+            "VALUES ('alice', true, '2026-01-01 00:00:00', 1)",
+            "INSERT INTO memory_entries (user_id, key, value, token_count, source, created_at, "
+            "updated_at) VALUES ('alice', 'trip', 'Lisbon', 2, 'manual', '2026-01-01 00:00:00', "
+            "'2026-01-01 00:00:00')",
+            "INSERT INTO memory_proposals (user_id, key, op, value, created_at) VALUES "
+            "('alice', 'city', 'set', 'Rome', '2026-01-01 00:00:00')",
+        ):
+            connection.exec_driver_sql(statement)
+    upgrade(any_engine, "0009")
+    with any_engine.connect() as connection:
+        assert connection.exec_driver_sql(
+            "SELECT key, expires_at, expired FROM memory_entries"
+        ).all() == [("trip", None, False)]
+        assert connection.exec_driver_sql("SELECT key, expires_at FROM memory_proposals").all() == [
+            ("city", None)
+        ]
+    store = MemoryStore(Database(any_engine), MemoryRules(), tokens)
+    [trip] = store.snapshot("alice").entries
+    assert (trip.key, trip.expires_at, trip.expired) == ("trip", None, False)
+    downgrade(any_engine, "0008")
+    assert "expires_at" not in {
+        c["name"] for c in inspect(any_engine).get_columns("memory_entries")
+    }
+    with any_engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT COUNT(*) FROM memory_entries").scalar() == 1
+    upgrade(any_engine)

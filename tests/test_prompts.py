@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -174,12 +175,14 @@ def test_agent_input_without_a_limit(tokens):
         window,
         1000,
         tokens,
+        now=MARCH_1,
     )
     assert text == (
         "# Memory Status:\n"
         "Current memory usage: 4 tokens\n"
         "Token limit: none\n"
         "Remaining capacity: unlimited\n"
+        "Today's date: 2026-03-01 (Sunday, UTC)\n"
         "\n"
         "# Existing memory:\n"
         "- name (1 tokens): Ada\n"
@@ -193,13 +196,16 @@ def test_agent_input_without_a_limit(tokens):
 
 
 def test_agent_input_with_a_limit_and_valid_keys(tokens):
-    text = render_agent_input([], 100, ["name", "city"], [ChatLine("user", "hi")], 1000, tokens)
+    text = render_agent_input(
+        [], 100, ["name", "city"], [ChatLine("user", "hi")], 1000, tokens, now=MARCH_1
+    )
     assert text == (
         "# Memory Status:\n"
         "Current memory usage: 0 tokens\n"
         "Token limit: 100 tokens\n"
         "Remaining capacity: 100 tokens\n"
         "Valid keys: name, city\n"
+        "Today's date: 2026-03-01 (Sunday, UTC)\n"
         "\n"
         "# Existing memory:\n"
         "(none)\n"
@@ -267,3 +273,27 @@ def test_the_quick_search_finds_exactly_the_characters_that_are_escaped() -> Non
     ]
     assert wrong == []
     assert escape_value("a\u2029b<c") == "a\\u2029b\\u003cc"
+
+
+def test_an_expiring_entry_shows_until_in_the_block_and_its_expiry_in_the_agent_input(tokens):
+    trip = replace(
+        entry("trip", "in Lisbon", 2), expires_at=datetime(2026, 3, 6, 23, 59, 59, tzinfo=UTC)
+    )
+    name = entry("name", "Ada", 1)
+    assert render_memory_block([name, trip]).endswith(
+        "<user_memory>\n"
+        "[2026-03-01] name: Ada\n"
+        "[2026-03-01] trip: in Lisbon (until 2026-03-06)\n"
+        "</user_memory>"
+    )
+    text = render_agent_input(
+        [name, trip], None, None, [ChatLine("user", "hi")], 100, tokens, now=MARCH_1
+    )
+    assert "- name (1 tokens): Ada\n- trip (2 tokens, expires 2026-03-06): in Lisbon\n" in text
+    assert "Today's date: 2026-03-01 (Sunday, UTC)\n" in text
+
+
+def test_the_default_instructions_say_when_to_give_set_memory_an_expiry():
+    assert "expires_at" in DEFAULT_AGENT_INSTRUCTIONS
+    assert "I'm in Lisbon until Friday" in DEFAULT_AGENT_INSTRUCTIONS
+    assert "today's date in the memory status" in DEFAULT_AGENT_INSTRUCTIONS

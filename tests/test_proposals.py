@@ -42,6 +42,7 @@ def proposal(id: int, key: str, op: str, value: str | None, conversation_id: str
         "value": value,
         "conversation_id": conversation_id,
         "created_at": ISO_TIME,
+        "expires_at": None,
     }
 
 

@@ -46,7 +46,10 @@ def fill(server: ServeProcess, upstream: ScriptedUpstream) -> None:
     upstream.script(MAIN_MODEL, Reply(content="Noted, I'll keep that in mind."))
     # One reply: a write that lands needs no second call (a reply left over would be the
     # next run's, in `suggest`).
-    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[set_memory(key, value)]))
+    # Until the end of the trip's June: the page shows "until <date>".
+    june = datetime.now(UTC).year + (datetime.now(UTC).month > 6)
+    call = set_memory(key, value, expires_at=f"{june}-06-30")
+    upstream.script(AGENT_MODEL, Reply(content=None, tool_calls=[call]))
     httpx.post(
         f"{server.url}/chat",
         json={

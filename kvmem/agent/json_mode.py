@@ -27,6 +27,8 @@ answer with only one JSON object and nothing else:
 {"op": "delete", "key": "<key>"}]}
 - "set" stores or replaces the value of a key, as set_memory would; "delete" forgets a key, \
 as delete_memory would.
+- A "set" of a fact true only for a while also has "expires_at": "YYYY-MM-DD", the last \
+day it holds, as set_memory takes it.
 - If there is nothing to remember or forget, answer {"operations": []}.
 - No prose, no explanation, no other fields."""
 
@@ -38,6 +40,7 @@ class SetOperation(BaseModel):
     op: Literal["set"]
     key: str
     value: str
+    expires_at: str | None = None
 
 
 class DeleteOperation(BaseModel):

@@ -367,6 +367,7 @@ class MemoryAgent:
             memory.max_input_tokens,
             self.store.tokens,
             pending,
+            now=self.store.clock(),
         )
 
     async def _converse_tools(

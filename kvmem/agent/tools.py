@@ -19,6 +19,10 @@ from kvmem.errors import (
 )
 
 KEY_DESCRIPTION = "The memory key: lowercase letters, digits and _, starting with a letter."
+EXPIRES_DESCRIPTION = (
+    "Only for a fact true for a while: the last day it holds (YYYY-MM-DD, UTC) or an RFC 3339 "
+    "date-time; after it the memory is forgotten. Omit for lasting facts."
+)
 
 
 class SetMemoryArguments(BaseModel):
@@ -27,6 +31,7 @@ class SetMemoryArguments(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     key: str = Field(description=KEY_DESCRIPTION)
     value: str = Field(description="The complete value to store.")
+    expires_at: str | None = Field(default=None, description=EXPIRES_DESCRIPTION)
 
 
 class DeleteMemoryArguments(BaseModel):
@@ -53,6 +58,13 @@ def tool_schema(
     schema.pop("description", None)
     for field_schema in schema["properties"].values():
         field_schema.pop("title", None)
+        # An optional field (`str | None = None`) is shown as its type alone: leaving it out
+        # is how a model says "none", and small models stumble on `anyOf` with null.
+        options = field_schema.get("anyOf")
+        if options and {"type": "null"} in options and field_schema.get("default", 0) is None:
+            [kept] = [option for option in options if option != {"type": "null"}]
+            del field_schema["anyOf"], field_schema["default"]
+            field_schema.update(kept)
     if valid_keys and "key" in schema["properties"]:
         key = schema["properties"]["key"]
         key["description"] = f"{key['description']} Must be one of: {', '.join(valid_keys)}."

@@ -14,6 +14,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import anyio.to_thread
@@ -23,6 +24,7 @@ from kvmem.agent.json_mode import DeleteOperation, SetOperation
 from kvmem.agent.run import AgentRun, MemoryUpdate
 from kvmem.agent.tools import DeleteMemoryArguments, SetMemoryArguments, refusal_message
 from kvmem.errors import KvmemError, UserErased, describe_problems
+from kvmem.memory.expiry import parse_expires_at
 from kvmem.memory.proposals import ProposalStore
 from kvmem.memory.store import MemoryStore
 from kvmem.metrics import Metrics
@@ -81,7 +83,9 @@ class MemoryWriter:
     ) -> tuple[str, bool]:
         """Apply one validated JSON-mode operation, as the matching tool call would be."""
         if isinstance(operation, SetOperation):
-            return await self.write(run, user_id, operation.key, operation.value)
+            return await self.write(
+                run, user_id, operation.key, operation.value, operation.expires_at
+            )
         return await self.write(run, user_id, operation.key, None)
 
     async def call_tool(
@@ -98,7 +102,7 @@ class MemoryWriter:
         try:
             if name == "set_memory":
                 args = SetMemoryArguments.model_validate(arguments)
-                return await self.write(run, user_id, args.key, args.value)
+                return await self.write(run, user_id, args.key, args.value, args.expires_at)
             if name == "delete_memory":
                 delete = DeleteMemoryArguments.model_validate(arguments)
                 return await self.write(run, user_id, delete.key, None)
@@ -108,21 +112,28 @@ class MemoryWriter:
         return f'Error: tool "{name}" does not exist. Use set_memory or delete_memory.', False
 
     async def write(
-        self, run: AgentRun, user_id: str, key: str, value: str | None
+        self,
+        run: AgentRun,
+        user_id: str,
+        key: str,
+        value: str | None,
+        expires_at: str | None = None,
     ) -> tuple[str, bool]:
-        """Set `key` (or delete it when `value` is None) in a worker thread, or propose it
-        under review; the result text the model sees and whether the write landed."""
+        """Set `key` (or delete it when `value` is None; a set may expire at `expires_at`, a
+        date or date-time) in a worker thread, or propose it under review; the result text
+        the model sees and whether the write landed."""
         try:
+            expiry = parse_expires_at(expires_at) if expires_at is not None else None
             if run.review:
                 return await anyio.to_thread.run_sync(
-                    self._propose, run, user_id, key, value, abandon_on_cancel=True
+                    self._propose, run, user_id, key, value, expiry, abandon_on_cancel=True
                 ), True
             if value is None:
                 return await anyio.to_thread.run_sync(
                     self._delete, run, user_id, key, abandon_on_cancel=True
                 ), True
             return await anyio.to_thread.run_sync(
-                self._set, run, user_id, key, value, abandon_on_cancel=True
+                self._set, run, user_id, key, value, expiry, abandon_on_cancel=True
             ), True
         except UserErased:
             raise  # the run ends: nothing of an erased user is written
@@ -133,7 +144,9 @@ class MemoryWriter:
         """The result string the model sees for a refused write."""
         return refusal_message(exc, key, self.valid_keys)
 
-    def _set(self, run: AgentRun, user_id: str, key: str, value: str) -> str:
+    def _set(
+        self, run: AgentRun, user_id: str, key: str, value: str, expires_at: datetime | None
+    ) -> str:
         guard = run.commit_guard()
         try:
             written = self.store.set(
@@ -144,12 +157,16 @@ class MemoryWriter:
                 conversation_id=run.conversation_id,
                 guard=guard,
                 since=run.started_at,
+                expires_at=expires_at,
             )
             run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
         finally:
             guard.release()
         self.metrics.memory_write("agent", "set")
-        return f'Memory set for key "{written.entry.key}" ({written.entry.token_count} tokens)'
+        until = written.entry.expires_at
+        return f'Memory set for key "{written.entry.key}" ({written.entry.token_count} tokens' + (
+            f", until {until.date().isoformat()})" if until is not None else ")"
+        )
 
     def _delete(self, run: AgentRun, user_id: str, key: str) -> str:
         guard = run.commit_guard()
@@ -168,7 +185,14 @@ class MemoryWriter:
         self.metrics.memory_write("agent", "delete")
         return f'Memory deleted for key "{key}"'
 
-    def _propose(self, run: AgentRun, user_id: str, key: str, value: str | None) -> str:
+    def _propose(
+        self,
+        run: AgentRun,
+        user_id: str,
+        key: str,
+        value: str | None,
+        expires_at: datetime | None,
+    ) -> str:
         guard = run.commit_guard()
         try:
             proposal = self.proposals.propose(
@@ -178,6 +202,7 @@ class MemoryWriter:
                 conversation_id=run.conversation_id,
                 guard=guard,
                 since=run.started_at,
+                expires_at=expires_at,
             )
             run.record(MemoryUpdate(proposal.op, proposal.key, proposal.value, pending=True))
         finally:

@@ -67,15 +67,23 @@ def memory_get(user_id: str, key: str) -> None:
 @json_option
 @click.argument("key")
 @click.argument("value")
-def memory_set(user_id: str, key: str, value: str) -> None:
-    """Create or replace an entry (VALUE '-' reads standard input)."""
+@click.option("--expires-at", help="When it expires: YYYY-MM-DD (end of day, UTC) or RFC 3339.")
+@click.option("--expires-in", help='When it expires, from now: seconds, "90m", "12h", "3d", "2w".')
+def memory_set(
+    user_id: str, key: str, value: str, expires_at: str | None, expires_in: str | None
+) -> None:
+    """Create or replace an entry (VALUE '-' reads standard input); it never expires unless
+    --expires-at or --expires-in says when."""
+    from kvmem.memory.expiry import expiry_of
+
     loaded = loaded_config()
     user_id = checked_user(user_id)
     if value == "-":
         value = sys.stdin.read()
     store = open_store(loaded)
     with operation():
-        written = store.set(user_id, key, value, "manual")
+        expiry = expiry_of(expires_at, expires_in, store.clock())
+        written = store.set(user_id, key, value, "manual", expires_at=expiry)
         show(written_json(written, loaded.config.memory.token_limit), views.written)
 
 
@@ -134,7 +142,7 @@ def memory_export(user_id: str, file: str | None) -> None:
 @click.option("--replace", is_flag=True, help="Delete the user's other entries too.")
 def memory_import(user_id: str, file: str, replace: bool) -> None:
     """Write the entries of a document made by `export` (all or none)."""
-    from kvmem.memory.exports import read_document
+    from kvmem.memory.exports import read_document, read_expiries
 
     loaded = loaded_config()
     user_id = checked_user(user_id)
@@ -144,10 +152,11 @@ def memory_import(user_id: str, file: str, replace: bool) -> None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         fail(f"cannot read {file}: {exc}", 2)
     with operation():
-        items = read_document(data)
+        items, expires = read_document(data), read_expiries(data)
     store = open_store(loaded)
     with operation():
-        imported = store.import_document(user_id, items, mode="replace" if replace else "merge")
+        mode = "replace" if replace else "merge"
+        imported = store.import_document(user_id, items, mode=mode, expires=expires)
     show(imported_json(imported, loaded.config.memory.token_limit), views.imported)
 
 

@@ -78,6 +78,8 @@ class MemoryEntry(Base):
     __table_args__ = (
         UniqueConstraint("user_id", "key"),
         Index("ix_memory_entries_user_updated", "user_id", "updated_at"),
+        # The sweep's look for entries due to expire, in order, past those already expired.
+        Index("ix_memory_entries_expiry", "expired", "expires_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -88,6 +90,10 @@ class MemoryEntry(Base):
     source: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # When the entry stops being memory (None: never); `expired` once its `expire` change is
+    # recorded (an expired entry is kept, listed only with `include_expired`).
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    expired: Mapped[bool] = mapped_column(Boolean, server_default="0")
 
 
 class ApiKey(Base):
@@ -221,3 +227,4 @@ class MemoryProposal(Base):
     value: Mapped[str | None] = mapped_column(Text, nullable=True)  # None for a delete
     conversation_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)

@@ -41,6 +41,7 @@ from kvmem.chat.main_call import MainCall
 from kvmem.config import AgentConfig, Config, DatabaseConfig
 from kvmem.db.engine import Database
 from kvmem.db.migrate import upgrade
+from kvmem.entries import utcnow
 from kvmem.errors import ConfigError, KvmemError, SuiteError
 from kvmem.eval.suite import Scenario, Suite
 from kvmem.intent.gate import IntentGate
@@ -213,11 +214,14 @@ class Evaluation:
         database = Database.from_config(DatabaseConfig(url=f"sqlite:///{path}"))
         try:
             config = scenario_config(self.config, scenario)
+            now = scenario.now
             store = MemoryStore(
                 database,
                 MemoryRules.from_config(config.memory),
                 self.tokens,
                 keep_days=config.memory.history.keep_days,
+                # A pinned "now" is the run's today: told to the agent, judged by expiry.
+                clock=(lambda: now) if now is not None else utcnow,
             )
             user_id = f"eval-{number}"
             await anyio.to_thread.run_sync(self._seed, store, user_id, scenario)
@@ -244,6 +248,7 @@ class Evaluation:
             for leftover in folder.glob(f"{path.name}*"):  # with its -wal and -shm files
                 leftover.unlink()
         after = {entry.key: entry.value for entry in snapshot.entries}
+        expiries = {entry.key: entry.expires_at for entry in snapshot.entries}
         problems = []
         if failure is not None:
             problems.append(f"the main call failed: {failure}")
@@ -252,7 +257,7 @@ class Evaluation:
             ended = f"the agent run ended {agent_run.state}"
             problems.append(f"{ended}: {error}" if error else ended)
         writes = [update for update in agent_run.updates if update.error is None]
-        problems += scenario.expect.problems(scenario.memory, after, len(writes))
+        problems += scenario.expect.problems(scenario.memory, after, len(writes), expiries)
         model_calls, input_tokens, output_tokens = usage
         return ScenarioResult(
             scenario=scenario,

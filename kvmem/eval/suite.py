@@ -5,7 +5,9 @@ A suite is a YAML list of scenarios (or `{"scenarios": [...]}`), or JSON lines (
 one scenario a line). A scenario gives the memory before, the chat, optionally its own
 `valid_keys`, and `expect`: keys `set` (their values containing substrings,
 case-insensitively; an item that is a list means any one of its strings), `deleted`,
-`unchanged`, and `no_writes`. Every problem in a file is a `SuiteError` naming the file, the
+`unchanged`, `no_writes`, and `expires` (each key's expiry date, `YYYY-MM-DD` in UTC, checked
+on the entry after the run). An optional `now` (a date-time) is the moment the scenario runs
+at: the agent is told it is today, and expiry is judged against it. Every problem in a file is a `SuiteError` naming the file, the
 line and scenario id, and the field. kvmem's own suite ships as package data
 (`kvmem/eval/suite.yaml`). This module runs nothing: kvmem/eval/run.py does.
 """
@@ -15,12 +17,20 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from kvmem.config import KEY_PATTERN, RESERVED_KEYS, reserved_keys_text
 from kvmem.errors import SuiteError
@@ -34,6 +44,7 @@ CATEGORIES: tuple[str, ...] = (
     "language",
     "injection",
     "routing",
+    "expiry",
 )
 Category = Literal[
     "remember",
@@ -44,6 +55,7 @@ Category = Literal[
     "language",
     "injection",
     "routing",
+    "expiry",
 ]
 BUILTIN_SUITE = "built-in"
 
@@ -74,15 +86,19 @@ class Expectation(BaseModel):
     deleted: list[str] = Field(default_factory=list)
     unchanged: list[str] = Field(default_factory=list)
     no_writes: bool = False
+    # Each key's expiry date (UTC) after the run: the entry must be there and expire that day.
+    expires: dict[str, date] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> Expectation:
-        if not (self.set or self.deleted or self.unchanged or self.no_writes):
-            raise ValueError("nothing expected: give set, deleted, unchanged or no_writes")
+        if not (self.set or self.deleted or self.unchanged or self.no_writes or self.expires):
+            raise ValueError("nothing expected: give set, deleted, unchanged, no_writes or expires")
         if self.no_writes and (self.set or self.deleted):
             raise ValueError("no_writes contradicts set and deleted")
-        for key in [*self.set, *self.deleted, *self.unchanged]:
+        for key in [*self.set, *self.deleted, *self.unchanged, *self.expires]:
             _check_key(key)
+        if {*self.expires} & {*self.deleted}:
+            raise ValueError("expires: a deleted key cannot expire")
         twice = {*self.set} & {*self.deleted} | ({*self.set} | {*self.deleted}) & {*self.unchanged}
         if twice:
             raise ValueError(f"{', '.join(sorted(twice))}: expected two different ways")
@@ -101,10 +117,19 @@ class Expectation(BaseModel):
         before: Mapping[str, str],
         after: Mapping[str, str],
         writes: int,
+        expiries: Mapping[str, datetime | None] | None = None,
     ) -> list[str]:
-        """What the memory `after` the run (and its number of `writes`) got wrong; [] when
-        all is as expected."""
+        """What the memory `after` the run (its entries' `expiries`, and its number of
+        `writes`) got wrong; [] when all is as expected."""
         problems = []
+        for key, day in self.expires.items():
+            if key not in after:
+                problems.append(f"{key}: not set, so it cannot expire {day.isoformat()}")
+                continue
+            moment = (expiries or {}).get(key)
+            found = moment.astimezone(UTC).date().isoformat() if moment else "never"
+            if found != day.isoformat():
+                problems.append(f"{key}: expires {found}, expected {day.isoformat()}")
         for key, parts in self.set.items():
             value = after.get(key)
             if value is None:
@@ -138,7 +163,16 @@ class Scenario(BaseModel):
     memory: dict[str, str] = Field(default_factory=dict)
     messages: list[Message] = Field(min_length=1)
     valid_keys: list[str] | None = None
+    # The moment the scenario runs at (a time without offset is UTC): the agent's today.
+    now: datetime | None = None
     expect: Expectation
+
+    @field_validator("now")
+    @classmethod
+    def _in_utc(cls, now: datetime | None) -> datetime | None:
+        if now is None:
+            return None
+        return now.replace(tzinfo=UTC) if now.tzinfo is None else now.astimezone(UTC)
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:

@@ -29,8 +29,9 @@ from kvmem.db.engine import rowcount
 from kvmem.db.tables import MemoryChange
 from kvmem.entries import iso, utcnow
 
-Op = Literal["set", "delete"]
-ChangeSource = Literal["manual", "agent", "import", "revert", "mcp"]
+Op = Literal["set", "delete", "expire"]
+# `system`: kvmem itself, for an entry that expired (`kvmem.memory.expirations`).
+ChangeSource = Literal["manual", "agent", "import", "revert", "mcp", "system"]
 
 # The largest id a change can have (PostgreSQL's INTEGER); larger ids name no change.
 MAX_CHANGE_ID = 2**31 - 1
@@ -131,8 +132,10 @@ class ChangeLog:
         new_value: str | None,
         source: str,
         conversation_id: str | None,
+        at: datetime | None = None,
     ) -> int | None:
-        """Record one change in the connection's transaction; its id (None when not kept)."""
+        """Record one change in the connection's transaction, dated `at` (default: now); its
+        id (None when not kept)."""
         if not self.enabled:
             return None
         # One prebuilt statement with bound values: no construct to build and key per write.
@@ -146,7 +149,7 @@ class ChangeLog:
                 "new_value": new_value,
                 "source": source,
                 "conversation_id": conversation_id,
-                "at": utcnow(),
+                "at": at or utcnow(),
             },
         )
         inserted = result.inserted_primary_key

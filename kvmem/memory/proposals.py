@@ -27,6 +27,7 @@ from kvmem.db.erasure import check_not_erased
 from kvmem.db.tables import MemoryEntry, MemoryProposal, User
 from kvmem.entries import Entry, iso, utcnow
 from kvmem.errors import NotFound
+from kvmem.memory.expiry import check_future
 from kvmem.memory.store import MemoryStore
 
 MAX_PENDING = 50
@@ -43,6 +44,7 @@ class Proposal:
     value: str | None
     conversation_id: str | None
     created_at: datetime
+    expires_at: datetime | None = None  # when the entry a kept set makes expires
 
     def as_json(self) -> dict[str, Any]:
         """The proposal as the API shows it."""
@@ -53,6 +55,7 @@ class Proposal:
             "value": self.value,
             "conversation_id": self.conversation_id,
             "created_at": iso(self.created_at),
+            "expires_at": iso(self.expires_at) if self.expires_at is not None else None,
         }
 
 
@@ -77,13 +80,14 @@ _PENDING = select(
     MemoryProposal.value,
     MemoryProposal.conversation_id,
     MemoryProposal.created_at,
+    MemoryProposal.expires_at,
 )
 
 
 def _proposal(row: Sequence[Any]) -> Proposal:
     """A `_PENDING` row as a `Proposal` (its `op` holds only what `propose` writes)."""
-    proposal_id, key, op, value, conversation_id, created_at = row
-    return Proposal(proposal_id, key, op, value, conversation_id, created_at)
+    proposal_id, key, op, value, conversation_id, created_at, expires_at = row
+    return Proposal(proposal_id, key, op, value, conversation_id, created_at, expires_at)
 
 
 class ProposalStore:
@@ -102,8 +106,10 @@ class ProposalStore:
         conversation_id: str | None = None,
         guard: Callable[[], None] | None = None,
         since: datetime | None = None,
+        expires_at: datetime | None = None,
     ) -> Proposal:
-        """Hold a set of `key` to `value` (a delete when `value` is None) for review.
+        """Hold a set of `key` to `value` (a delete when `value` is None) for review; a set
+        may carry the moment its entry will expire (`expires_at`, in the future).
 
         Refused as the write would be: a bad or not allowed key, an empty or too long value,
         a delete of a key that holds nothing. `guard` runs just before the commit, and
@@ -116,6 +122,9 @@ class ProposalStore:
         else:
             rules.check_key(key)
             value = rules.clean_value(value)
+            if expires_at is not None:
+                check_future(expires_at, self.store.clock())
+        expires_at = expires_at if value is not None else None
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
             if since is not None:
@@ -142,6 +151,7 @@ class ProposalStore:
                     value=value,
                     conversation_id=conversation_id,
                     created_at=now,
+                    expires_at=expires_at,
                 )
                 .returning(MemoryProposal.id)
             ).scalar_one()
@@ -156,9 +166,8 @@ class ProposalStore:
             )
             if guard is not None:
                 guard()
-        return Proposal(
-            proposal_id, key, "set" if value is not None else "delete", value, conversation_id, now
-        )
+        op: ProposalOp = "set" if value is not None else "delete"
+        return Proposal(proposal_id, key, op, value, conversation_id, now, expires_at)
 
     def pending(self, user_id: str) -> tuple[Proposal, ...]:
         """The user's pending proposals, newest first."""
@@ -181,6 +190,8 @@ class ProposalStore:
             if row is None:
                 raise NotFound(f"no pending proposal {proposal_id}")
             proposal = _proposal(row)
+            if proposal.expires_at is not None:  # an expiry passed while pending: refused
+                check_future(proposal.expires_at, self.store.clock())
             entry, total = self.store.write_locked(
                 session,
                 user_id,
@@ -188,6 +199,7 @@ class ProposalStore:
                 proposal.value,
                 "agent",
                 conversation_id=proposal.conversation_id,
+                expires_at=proposal.expires_at,
             )
             session.execute(delete(MemoryProposal).where(MemoryProposal.id == proposal_id))
         return Accepted(entry, total)

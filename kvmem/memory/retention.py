@@ -1,4 +1,5 @@
-"""The history sweep: every replica deletes expired changes at start and then hourly.
+"""The sweeps: every replica deletes expired changes, and expires the entries whose
+`expires_at` has come, at start and then hourly.
 
 The sweep deletes in short transactions of `SWEEP_BATCH` changes, each in its own worker
 thread job, resting as long as a batch took between them (the event loop is served
@@ -8,15 +9,20 @@ changes expired, and each batch checkpoints the WAL it grew outside the writer's
 
 The write path prunes a user's expired changes as they write (`kvmem.memory.history`); this sweep
 covers users who stopped writing, so that `memory.history.keep_days` holds for everyone
-without a cron job. It knows nothing of HTTP; the app's lifespan runs and cancels it.
+without a cron job. Entries are expired the same way, `EXPIRE_BATCH` per transaction
+(`kvmem.memory.expirations`): reads expire a user's due entries as they find them, and this
+sweep does it for users nobody reads. It knows nothing of HTTP; the app's lifespan runs and
+cancels it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from kvmem.errors import StoreUnavailable
+from kvmem.memory.expirations import EXPIRE_BATCH, expire_due_any
 from kvmem.memory.store import MemoryStore
 
 log = logging.getLogger("kvmem.retention")
@@ -49,11 +55,21 @@ def prune_expired_history(store: MemoryStore, batch: int = SWEEP_BATCH) -> int:
             return total
 
 
+def expire_due_batch(store: MemoryStore, batch: int = EXPIRE_BATCH) -> int:
+    """Expire up to `batch` entries whose `expires_at` has come, of any user, in one short
+    transaction that a request's write never waits behind (as `prune_expired_batch`); how
+    many."""
+    with store.database.writing(background=True) as session:
+        return expire_due_any(session.connection(), store.history_log, store.clock(), batch)
+
+
 async def sweep_history(store: MemoryStore, every: float = SWEEP_EVERY_SECONDS) -> None:
-    """Delete expired changes now and every `every` seconds, until cancelled."""
+    """Delete expired changes and expire due entries now and every `every` seconds, until
+    cancelled."""
     while True:
         try:
             deleted = await sweep_once(store)
+            expired = await expire_once(store)
         except StoreUnavailable as exc:  # the store is down: try again next time
             log.warning("history sweep skipped, store unavailable: %s", exc)
         except Exception:  # a bug here must not end the sweep for good, nor the server
@@ -61,17 +77,30 @@ async def sweep_history(store: MemoryStore, every: float = SWEEP_EVERY_SECONDS) 
         else:
             if deleted:
                 log.info("history sweep deleted %d expired changes", deleted)
+            if expired:
+                log.info("expiry sweep expired %d entries", expired)
         await asyncio.sleep(every)
 
 
 async def sweep_once(store: MemoryStore, batch: int = SWEEP_BATCH) -> int:
     """Delete every expired change, `batch` per transaction, each in a worker thread of its
     own, yielding to the event loop between them; how many."""
+    return await _in_batches(prune_expired_batch, store, batch)
+
+
+async def expire_once(store: MemoryStore, batch: int = EXPIRE_BATCH) -> int:
+    """Expire every due entry, `batch` per transaction, as `sweep_once` runs; how many."""
+    return await _in_batches(expire_due_batch, store, batch)
+
+
+async def _in_batches(
+    step: Callable[[MemoryStore, int], int], store: MemoryStore, batch: int
+) -> int:
     loop = asyncio.get_running_loop()
     total = 0
     while True:
         started = loop.time()
-        job = loop.run_in_executor(None, prune_expired_batch, store, batch)
+        job = loop.run_in_executor(None, step, store, batch)
         try:
             deleted = await asyncio.shield(job)
         except asyncio.CancelledError:

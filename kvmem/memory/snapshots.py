@@ -11,9 +11,11 @@ on the pooled sqlite3 connection (`Database.reading_cursor`). Every query is sco
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,10 +25,12 @@ from sqlalchemy.orm import Session
 
 from kvmem.db.engine import Database
 from kvmem.db.tables import MemoryEntry, User
-from kvmem.entries import Entry, Snapshot
-from kvmem.errors import NotFound
+from kvmem.entries import Entry, Snapshot, utcnow
+from kvmem.errors import NotFound, StoreUnavailable
 from kvmem.memory.history import Change, ChangeLog, HistoryPage
 from kvmem.memory.rules import MemoryRules
+
+log = logging.getLogger("kvmem.store")
 
 _SNAPSHOT = (
     select(
@@ -36,6 +40,8 @@ _SNAPSHOT = (
         MemoryEntry.source,
         MemoryEntry.created_at,
         MemoryEntry.updated_at,
+        MemoryEntry.expires_at,
+        MemoryEntry.expired,
     )
     .where(MemoryEntry.user_id == bindparam("user_id"))
     .order_by(MemoryEntry.updated_at, MemoryEntry.id)
@@ -52,6 +58,8 @@ ENTRY_AT_KEY = select(
     MemoryEntry.source,
     MemoryEntry.created_at,
     MemoryEntry.updated_at,
+    MemoryEntry.expires_at,
+    MemoryEntry.expired,
 ).where(MemoryEntry.user_id == bindparam("user_id"), MemoryEntry.key == bindparam("key"))
 _MEMORIES_ENABLED = select(User.memories_enabled).where(User.id == bindparam("user_id"))
 
@@ -76,15 +84,42 @@ def _sqlite_reads(dialect: Dialect) -> tuple[str, str, list[Callable[[Any], Any]
 Version = tuple[datetime | str, int]
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """A user's entry rows as read (oldest first), and what expiry needs to know of them."""
+
+    rows: tuple[Entry, ...]  # every row, expired ones too
+    live: tuple[Entry, ...]  # the rows not marked expired (`rows` itself when that is all)
+    due_at: datetime | None  # the soonest `expires_at` among `live`; None: none expires
+
+    @classmethod
+    def of(cls, rows: tuple[Entry, ...]) -> Loaded:
+        """`rows` with their live ones and the moment the first of those expires."""
+        live = tuple(entry for entry in rows if not entry.expired)
+        due = min(
+            (entry.expires_at for entry in live if entry.expires_at is not None), default=None
+        )
+        return cls(rows, rows if len(live) == len(rows) else live, due)
+
+    def entries_at(self, now: datetime) -> tuple[Entry, ...]:
+        """The entries that are memory at `now`: `live` itself unless one is due."""
+        if self.due_at is None or now < self.due_at:
+            return self.live
+        return tuple(entry for entry in self.live if entry.live(now))
+
+
+_NOTHING = Loaded((), (), None)
+
+
 class EntryCache:
     """The last entries read per user, tagged with the user's memory version (bounded LRU)."""
 
     def __init__(self, size: int = 1024) -> None:
         self.size = size
-        self._items: OrderedDict[str, tuple[Version, tuple[Entry, ...]]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[Version, Loaded]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, user_id: str, version: Version) -> tuple[Entry, ...] | None:
+    def get(self, user_id: str, version: Version) -> Loaded | None:
         """The cached entries if they were read at `version`."""
         with self._lock:
             item = self._items.get(user_id)
@@ -93,7 +128,7 @@ class EntryCache:
             self._items.move_to_end(user_id)
             return item[1]
 
-    def put(self, user_id: str, version: Version, entries: tuple[Entry, ...]) -> None:
+    def put(self, user_id: str, version: Version, entries: Loaded) -> None:
         """Remember the entries read at `version`."""
         with self._lock:
             self._items[user_id] = (version, entries)
@@ -105,45 +140,88 @@ class EntryCache:
 class MemoryReader:
     """Reads users' memory entries and history (the read half of `MemoryStore`)."""
 
-    def __init__(self, database: Database, rules: MemoryRules, history_log: ChangeLog) -> None:
+    def __init__(
+        self,
+        database: Database,
+        rules: MemoryRules,
+        history_log: ChangeLog,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
         self.database = database
         self.rules = rules
         self.history_log = history_log
+        # What "now" is for expiry (`kvmem eval` pins it for a scenario's "now").
+        self.clock = clock
         self._cache = EntryCache()
         if database.dialect == "sqlite":
             self._sqlite_reads = _sqlite_reads(database.engine.dialect)
 
     def snapshot(self, user_id: str) -> Snapshot:
-        """The user's entries, oldest first, and whether they want memory used."""
+        """The user's entries that are memory now, oldest first, and whether they want memory
+        used. An entry found due to expire is expired first (`expire_due`)."""
+        loaded, enabled = self._settled(user_id)
+        return Snapshot(entries=loaded.entries_at(self.clock()), memories_enabled=enabled)
+
+    def entries_with_expired(self, user_id: str) -> tuple[Entry, ...]:
+        """Every entry row of the user, expired ones too, oldest first."""
+        return self._settled(user_id)[0].rows
+
+    def settle(self, user_id: str) -> None:
+        """Expire the user's entries whose time has come, so that what a route reads next
+        (history above all) shows it."""
+        self._settled(user_id)
+
+    def expire_due(self, user_id: str, now: datetime) -> int:
+        """Expire the user's entries due at `now`: a write, which `MemoryStore` makes; a
+        reader alone only leaves them out of what it answers."""
+        return 0
+
+    def _settled(self, user_id: str) -> tuple[Loaded, bool]:
+        loaded, enabled = self._loaded(user_id)
+        # One comparison on every chat request; a write only when an entry's time has come.
+        due = loaded.due_at is not None and loaded.due_at <= self.clock()
+        if not due:
+            return loaded, enabled
+        try:
+            expired = self.expire_due(user_id, self.clock())
+        except StoreUnavailable as exc:
+            # The writer is out of reach (the read went through): answer without the due
+            # entries all the same (`Loaded.entries_at`); the next read or the sweep marks them.
+            log.warning("could not expire the due entries of %s now: %s", user_id, exc)
+            return loaded, enabled
+        return self._loaded(user_id) if expired else (loaded, enabled)
+
+    def _loaded(self, user_id: str) -> tuple[Loaded, bool]:
+        """The user's entry rows and opt-out switch."""
         # This read is on every chat request's path: one small row tells whether the entries
         # read before are still current; only when they are not are they read again (as
         # plain column rows, not ORM objects).
         if self.database.dialect == "sqlite":
-            return self._sqlite_snapshot(user_id)
+            return self._sqlite_loaded(user_id)
         with self.database.reading() as session:
             connection = session.connection()
             user = connection.execute(_USER_STATE, {"user_id": user_id}).first()
             if user is None:  # no row, no entries (they reference it)
-                return Snapshot(entries=(), memories_enabled=True)
+                return _NOTHING, True
             version = (user.created_at, user.memory_version)
-            entries = self._cache.get(user_id, version)
-            if entries is None:
+            loaded = self._cache.get(user_id, version)
+            if loaded is None:
                 rows = connection.execute(_SNAPSHOT, {"user_id": user_id}).all()
-                entries = tuple(Entry(*row) for row in rows)
-                self._cache.put(user_id, version, entries)
-        return Snapshot(entries=entries, memories_enabled=user.memories_enabled)
+                loaded = Loaded.of(tuple(Entry(*row) for row in rows))
+                self._cache.put(user_id, version, loaded)
+        return loaded, user.memories_enabled
 
-    def _sqlite_snapshot(self, user_id: str) -> Snapshot:
-        """`snapshot` on SQLite's own connection (see `Database.reading_cursor`)."""
+    def _sqlite_loaded(self, user_id: str) -> tuple[Loaded, bool]:
+        """`_loaded` on SQLite's own connection (see `Database.reading_cursor`)."""
         user_state, snapshot, processors = self._sqlite_reads
         with self.database.reading_cursor() as cursor:
             user = cursor.execute(user_state, (user_id,)).fetchone()
             if user is None:
-                return Snapshot(entries=(), memories_enabled=True)
+                return _NOTHING, True
             memories_enabled, memory_version, created_at = user
             version = (created_at, memory_version)
-            entries = self._cache.get(user_id, version)
-            if entries is None:
+            loaded = self._cache.get(user_id, version)
+            if loaded is None:
                 entries = tuple(
                     Entry(
                         *(
@@ -153,17 +231,20 @@ class MemoryReader:
                     )
                     for row in cursor.execute(snapshot, (user_id,)).fetchall()
                 )
-                self._cache.put(user_id, version, entries)
-        return Snapshot(entries=entries, memories_enabled=bool(memories_enabled))
+                loaded = Loaded.of(entries)
+                self._cache.put(user_id, version, loaded)
+        return loaded, bool(memories_enabled)
 
     def get(self, user_id: str, key: str) -> Entry:
-        """The entry at `key`, or `NotFound`."""
+        """The entry at `key`, or `NotFound` (also once it expired)."""
         self.rules.check_key_format(key)
+        self.settle(user_id)
         with self.database.reading() as session:
             row = session.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
-        if row is None:
+        entry = Entry(*row[1:]) if row is not None else None
+        if entry is None or not entry.live(self.clock()):
             raise NotFound(f"no memory with key {key!r}")
-        return Entry(*row[1:])
+        return entry
 
     def memories_enabled(self, user_id: str) -> bool:
         """The user's opt-out switch (true unless they turned memory off)."""
@@ -181,6 +262,7 @@ class MemoryReader:
         """The user's changes (of one key, if given) newest first, paged by id."""
         if key is not None:
             self.rules.check_key_format(key)
+        self.settle(user_id)
         with self.database.reading() as session:
             return self.history_log.page(session, user_id, key=key, limit=limit, before=before)
 
@@ -188,6 +270,7 @@ class MemoryReader:
         """Every kept change of `key`, newest first (also after a delete); `NotFound` when
         the key has neither an entry nor a change."""
         self.rules.check_key_format(key)
+        self.settle(user_id)
         with self.database.reading() as session:
             changes = self.history_log.of_key(session, user_id, key)
             if not changes and not self._has_entry(session, user_id, key):
@@ -200,6 +283,7 @@ class MemoryReader:
         """`key_history` a page at a time (newest first, paged by id as `history`);
         `NotFound` when the key has neither an entry nor a kept change."""
         self.rules.check_key_format(key)
+        self.settle(user_id)
         with self.database.reading() as session:
             page = self.history_log.page(session, user_id, key=key, limit=limit, before=before)
             if page.changes:

@@ -11,7 +11,8 @@ while it runs. On SQLite `set` and `delete` run them on the bare sqlite3 connect
 (`kvmem.db.driver_connection`), and while the app runs concurrent `set`s share transactions
 through one writer thread (`kvmem.memory.group_commit`), each keeping its own checks and result.
 Every query is scoped by `user_id`; callers get frozen dataclasses, never a session. The
-reads are `MemoryReader`'s (`kvmem.memory.snapshots`), which this class extends.
+reads are `MemoryReader`'s (`kvmem.memory.snapshots`), the writes inside a locked transaction
+`LockedWrites`' (`kvmem.memory.locked_writes`), which this class extends.
 """
 
 from __future__ import annotations
@@ -19,19 +20,23 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Literal
 
 import anyio.to_thread
-from sqlalchemy.orm import Session
 
 from kvmem.db.driver_connection import Executor
 from kvmem.db.engine import Database, rowcount
 from kvmem.db.erasure import Erased, check_not_erased, erase_user_rows, fence_user
 from kvmem.entries import Entry, Imported, Reverted, Written, utcnow
-from kvmem.errors import MemoryFull, NotFound
+from kvmem.errors import NotFound
 from kvmem.memory import write_statements as statements
+from kvmem.memory.expirations import (
+    EXPIRE_BATCH,
+    expire_due_locked,
+)
+from kvmem.memory.expiry import check_future
 from kvmem.memory.group_commit import GroupCommit, Prepare
 from kvmem.memory.history import ChangeLog, ChangeSource
 from kvmem.memory.imports import (
@@ -40,8 +45,9 @@ from kvmem.memory.imports import (
     count_document,
     import_change,
 )
+from kvmem.memory.locked_writes import LockedWrites
 from kvmem.memory.rules import MemoryRules
-from kvmem.memory.snapshots import ENTRY_AT_KEY, MemoryReader
+from kvmem.memory.snapshots import ENTRY_AT_KEY
 from kvmem.tokens import TokenCounter
 
 log = logging.getLogger("kvmem.store")
@@ -49,7 +55,7 @@ log = logging.getLogger("kvmem.store")
 ImportMode = Literal["merge", "replace"]
 
 
-class MemoryStore(MemoryReader):
+class MemoryStore(LockedWrites):
     """Reads and writes users' memory entries under the configured rules."""
 
     def __init__(
@@ -59,8 +65,9 @@ class MemoryStore(MemoryReader):
         tokens: TokenCounter,
         *,
         keep_days: int = 90,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
-        super().__init__(database, rules, ChangeLog(keep_days))
+        super().__init__(database, rules, ChangeLog(keep_days), clock)
         self.tokens = tokens
         self._group: GroupCommit | None = None  # SQLite's writer thread, while it runs
 
@@ -74,16 +81,18 @@ class MemoryStore(MemoryReader):
         conversation_id: str | None = None,
         guard: Callable[[], None] | None = None,
         since: datetime | None = None,
+        expires_at: datetime | None = None,
     ) -> Written:
         """Create or replace the entry at `key`; `MemoryFull` if it would pass `tokenLimit`.
 
+        The entry expires at `expires_at` (which must be in the future), or never.
         The change is recorded with `source` and `conversation_id` (the conversation whose
         agent run made it). `guard` runs just before the commit; if it raises, nothing is
         written (the memory agent uses it so that no write lands after its deadline).
         `since`, when the work making the write began, refuses it with `UserErased` if the
         user was erased after that (the agent's runs pass it: erasure is final).
         """
-        prepare = self._set_write(user_id, key, value, source, conversation_id, since)
+        prepare = self._set_write(user_id, key, value, source, conversation_id, since, expires_at)
         # A guarded write runs alone, its guard checked right before its own COMMIT.
         future = self._group.submit(prepare) if self._group and guard is None else None
         if future is not None:
@@ -103,15 +112,24 @@ class MemoryStore(MemoryReader):
         source: ChangeSource = "manual",
         *,
         conversation_id: str | None = None,
+        expires_at: datetime | None = None,
     ) -> Written:
         """`set` for the event loop: awaits the writer thread (group commit) instead of
         holding a worker thread, or runs `set` in one when there is no writer thread."""
-        prepare = self._set_write(user_id, key, value, source, conversation_id)
+        prepare = self._set_write(
+            user_id, key, value, source, conversation_id, expires_at=expires_at
+        )
         future = self._group.submit(prepare) if self._group else None
         if future is None:
             return await anyio.to_thread.run_sync(
                 functools.partial(
-                    self.set, user_id, key, value, source, conversation_id=conversation_id
+                    self.set,
+                    user_id,
+                    key,
+                    value,
+                    source,
+                    conversation_id=conversation_id,
+                    expires_at=expires_at,
                 )
             )
         # Shielded: once queued the write is made even if the caller goes away, as a
@@ -145,6 +163,7 @@ class MemoryStore(MemoryReader):
         source: ChangeSource,
         conversation_id: str | None,
         since: datetime | None = None,
+        expires_at: datetime | None = None,
     ) -> Prepare:
         """`set` in two steps: checking and counting the value (no transaction), then
         writing it on a connection whose transaction the caller owns."""
@@ -152,6 +171,8 @@ class MemoryStore(MemoryReader):
         def prepare() -> Callable[[Executor], Written]:
             self.rules.check_key(key)
             clean = self.rules.clean_value(value)
+            if expires_at is not None:
+                check_future(expires_at, self.clock())
             tokens = self.tokens.count(clean)
 
             def write(connection: Executor) -> Written:
@@ -159,7 +180,7 @@ class MemoryStore(MemoryReader):
                 if since is not None:
                     check_not_erased(connection, user_id, since)
                 return self._set_locked(
-                    connection, user_id, key, clean, tokens, source, conversation_id
+                    connection, user_id, key, clean, tokens, source, conversation_id, expires_at
                 )
 
             return write
@@ -202,136 +223,6 @@ class MemoryStore(MemoryReader):
             connection.execute(statements.BUMP, {"user_id": user_id})
             return rowcount(result)
 
-    def write_locked(
-        self,
-        session: Session,
-        user_id: str,
-        key: str,
-        value: str | None,
-        source: ChangeSource,
-        *,
-        conversation_id: str | None = None,
-    ) -> tuple[Entry | None, int]:
-        """Set `key` to `value` (or delete it when `value` is None) under every write rule,
-        inside the caller's transaction, which already holds the user's lock: for a caller
-        that changes another table in the same transaction (accepting a proposal). The entry
-        now (None once deleted; a delete of a missing key changes nothing) and the total."""
-        connection = session.connection()
-        if value is not None:
-            self.rules.check_key(key)
-            clean = self.rules.clean_value(value)
-            written = self._set_locked(
-                connection,
-                user_id,
-                key,
-                clean,
-                self.tokens.count(clean),
-                source,
-                conversation_id,
-            )
-            return written.entry, written.total_tokens
-        self.rules.check_key_format(key)
-        row = connection.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
-        if row is not None:
-            self._delete_locked(connection, user_id, row, source, conversation_id)
-        return None, connection.execute(statements.TOTAL, {"user_id": user_id}).scalar_one()
-
-    def _set_locked(
-        self,
-        connection: Executor,
-        user_id: str,
-        key: str,
-        value: str,
-        tokens: int,
-        source: ChangeSource,
-        conversation_id: str | None,
-    ) -> Written:
-        """`set` inside a transaction that holds the user's lock (the value already clean)."""
-        row = connection.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
-        total = connection.execute(statements.TOTAL, {"user_id": user_id}).scalar_one()
-        if row is not None and row.value == value:
-            return Written(entry=Entry(*row[1:]), created=False, total_tokens=total)
-        replaced = row.token_count if row else 0
-        self._check_limit(total, tokens, replaced=replaced)
-        now = utcnow()
-        if row is None:
-            entry = Entry(key, value, tokens, source, now, now)
-            connection.execute(
-                statements.INSERT_ENTRY,
-                {
-                    "user_id": user_id,
-                    "key": key,
-                    "value": value,
-                    "token_count": tokens,
-                    "source": source,
-                    "created_at": now,
-                    "updated_at": now,
-                },
-            )
-        else:
-            entry = Entry(key, value, tokens, source, row.created_at, now)
-            connection.execute(
-                statements.REPLACE_ENTRY,
-                {
-                    "entry_id": row.id,
-                    "value": value,
-                    "token_count": tokens,
-                    "source": source,
-                    "updated_at": now,
-                },
-            )
-        change_id = self._record(
-            connection,
-            user_id,
-            key,
-            "set",
-            row.value if row else None,
-            value,
-            source,
-            conversation_id,
-        )
-        connection.execute(statements.BUMP, {"user_id": user_id})
-        return Written(
-            entry=entry,
-            created=row is None,
-            total_tokens=total - replaced + tokens,
-            change_id=change_id,
-        )
-
-    def _delete_locked(
-        self,
-        connection: Executor,
-        user_id: str,
-        row: Any,
-        source: ChangeSource,
-        conversation_id: str | None,
-    ) -> tuple[Entry, int | None]:
-        """`delete` of the entry `row` (an `ENTRY_AT_KEY` row) inside a transaction that holds
-        the user's lock; the entry and change id."""
-        connection.execute(statements.DELETE_ENTRY, {"entry_id": row.id})
-        change_id = self._record(
-            connection, user_id, row.key, "delete", row.value, None, source, conversation_id
-        )
-        connection.execute(statements.BUMP, {"user_id": user_id})
-        return Entry(*row[1:]), change_id
-
-    def _record(
-        self,
-        connection: Executor,
-        user_id: str,
-        key: str,
-        op: Literal["set", "delete"],
-        old_value: str | None,
-        new_value: str | None,
-        source: ChangeSource,
-        conversation_id: str | None,
-    ) -> int | None:
-        """Record a change and drop the user's expired ones, in the write's transaction."""
-        self.history_log.prune(connection, user_id)
-        return self.history_log.record(
-            connection, user_id, key, op, old_value, new_value, source, conversation_id
-        )
-
     def import_document(
         self,
         user_id: str,
@@ -339,6 +230,7 @@ class MemoryStore(MemoryReader):
         *,
         mode: ImportMode = "merge",
         expected: dict[str, str | None] | None = None,
+        expires: Mapping[str, datetime] | None = None,
     ) -> Imported:
         """Write many entries at once, all or none, with source `import`.
 
@@ -346,15 +238,24 @@ class MemoryStore(MemoryReader):
         `tokenLimit`, before anything is written; the error names the offending `key` in its
         details. A key twice in one document is refused. `merge` keeps the user's other
         entries; `replace` deletes them (each delete recorded). With `expected` (key: the
-        value it was read with, None for none), `ChangedMeanwhile` unless each still holds it.
+        value it was read with, None for none), `ChangedMeanwhile` unless each still holds it
+        (an expired entry holds none). `expires` gives keys their expiry; an entry whose
+        expiry has passed is not imported (it is no memory any more).
         """
-        counted = count_document(self.rules, self.tokens, items)
+        moment, given = self.clock(), expires or {}
+        expires = {key: at for key, at in given.items() if at > moment}
+        past = given.keys() - expires.keys()
+        counted = count_document(self.rules, self.tokens, [i for i in items if i[0] not in past])
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
-            existing = {
-                row.key: row
-                for row in connection.execute(statements.ENTRIES_OF_USER, {"user_id": user_id})
-            }
+            while expire_due_locked(connection, self.history_log, user_id, moment) == EXPIRE_BATCH:
+                pass  # every due entry marked: what is left unmarked is memory
+            existing = {}
+            for stored in connection.execute(statements.ENTRIES_OF_USER, {"user_id": user_id}):
+                if not stored.expired:
+                    existing[stored.key] = stored
+                elif mode == "replace" or stored.key in counted:  # gone already: no change
+                    connection.execute(statements.DELETE_ENTRY, {"entry_id": stored.id})
             check_unchanged(existing, expected)
             dropped = [row for key, row in existing.items() if key not in counted]
             check_import_limit(
@@ -369,6 +270,12 @@ class MemoryStore(MemoryReader):
             for key, (value, tokens) in counted.items():
                 row = existing.get(key)
                 if row is not None and row.value == value:
+                    if row.expires_at != expires.get(key):
+                        connection.execute(
+                            statements.SET_EXPIRY,
+                            {"entry_id": row.id, "expires_at": expires.get(key)},
+                        )
+                        connection.execute(statements.BUMP, {"user_id": user_id})
                     continue
                 changes.append(import_change(key, "set", row.value if row else None, value))
                 if row is None:
@@ -381,6 +288,7 @@ class MemoryStore(MemoryReader):
                             "source": "import",
                             "created_at": now,
                             "updated_at": now,
+                            "expires_at": expires.get(key),
                         },
                     )
                 else:
@@ -392,6 +300,7 @@ class MemoryStore(MemoryReader):
                             "token_count": tokens,
                             "source": "import",
                             "updated_at": now,
+                            "expires_at": expires.get(key),
                         },
                     )
             if inserts:
@@ -400,7 +309,7 @@ class MemoryStore(MemoryReader):
                 self.history_log.prune(connection, user_id)
                 self.history_log.record_many(connection, user_id, changes)
                 connection.execute(statements.BUMP, {"user_id": user_id})
-            total = connection.execute(statements.TOTAL, {"user_id": user_id}).scalar_one()
+            total = self._total(connection, user_id)
         return Imported(
             imported=len(counted),
             deleted=len(dropped) if mode == "replace" else 0,
@@ -445,8 +354,7 @@ class MemoryStore(MemoryReader):
                 _, recorded = self._delete_locked(
                     connection, user_id, row, "revert", conversation_id
                 )
-            total = connection.execute(statements.TOTAL, {"user_id": user_id}).scalar_one()
-            return Reverted(None, total, recorded)
+            return Reverted(None, self._total(connection, user_id), recorded)
 
     def clear_history(self, user_id: str) -> int:
         """Erase the user's change history (entries stay); how many changes were erased."""
@@ -477,14 +385,3 @@ class MemoryStore(MemoryReader):
             self.database.lock_user(connection, user_id)
             connection.execute(statements.SET_ENABLED, {"user_id": user_id, "on": enabled})
         return enabled
-
-    def _check_limit(self, total: int, requested: int, *, replaced: int) -> None:
-        limit = self.rules.token_limit
-        if limit is not None and total - replaced + requested > limit:
-            raise MemoryFull(
-                f"storing {requested} tokens would take memory to {total - replaced + requested} "
-                f"tokens, over the limit of {limit}",
-                token_limit=limit,
-                total_tokens=total,
-                requested_tokens=requested,
-            )

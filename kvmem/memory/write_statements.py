@@ -5,7 +5,7 @@ transaction's connection (SQLAlchemy's, or on SQLite the bare sqlite3 connection
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, false, func, insert, or_, select, update
 
 from kvmem.db.tables import MemoryEntry, MemoryProposal, User
 
@@ -14,11 +14,19 @@ BUMP = (
     .where(User.id == bindparam("user_id"))
     .values(memory_version=User.memory_version + 1)
 )
+# The user's tokens at `now`: expired entries, and those due to be, count for nothing.
 TOTAL = select(func.coalesce(func.sum(MemoryEntry.token_count), 0)).where(
-    MemoryEntry.user_id == bindparam("user_id")
+    MemoryEntry.user_id == bindparam("user_id"),
+    MemoryEntry.expired == false(),
+    or_(MemoryEntry.expires_at.is_(None), MemoryEntry.expires_at > bindparam("now")),
 )
 ENTRIES_OF_USER = select(
-    MemoryEntry.id, MemoryEntry.key, MemoryEntry.value, MemoryEntry.token_count
+    MemoryEntry.id,
+    MemoryEntry.key,
+    MemoryEntry.value,
+    MemoryEntry.token_count,
+    MemoryEntry.expires_at,
+    MemoryEntry.expired,
 ).where(MemoryEntry.user_id == bindparam("user_id"))
 INSERT_ENTRY = insert(MemoryEntry)
 REPLACE_ENTRY = (
@@ -29,7 +37,15 @@ REPLACE_ENTRY = (
         token_count=bindparam("token_count"),
         source=bindparam("source"),
         updated_at=bindparam("updated_at"),
+        expires_at=bindparam("expires_at"),
     )
+)
+# Only the expiry changes (a set of the same value with another `expires_at`): no change is
+# recorded, as for any set that leaves the value as it was.
+SET_EXPIRY = (
+    update(MemoryEntry)
+    .where(MemoryEntry.id == bindparam("entry_id"))
+    .values(expires_at=bindparam("expires_at"))
 )
 DELETE_ENTRY = delete(MemoryEntry).where(MemoryEntry.id == bindparam("entry_id"))
 DELETE_ENTRIES = delete(MemoryEntry).where(MemoryEntry.user_id == bindparam("user_id"))

@@ -10,7 +10,7 @@ import re
 import sys
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, ValidationError
 from starlette.requests import Request
 
 from kvmem.errors import BadRequest, BodyTooLarge, RequestTimeout, describe_problems
@@ -25,9 +25,12 @@ class RequestBody(BaseModel):
 
 
 class MemoryValue(RequestBody):
-    """`PUT /memory/{key}`."""
+    """`PUT /memory/{key}`: the value, and when it expires (at most one of the two; neither:
+    never)."""
 
     value: StrictStr
+    expires_at: StrictStr | None = None
+    expires_in: StrictInt | StrictStr | None = None
 
 
 class Preferences(RequestBody):

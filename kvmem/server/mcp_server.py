@@ -26,8 +26,9 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kvmem.agent.tools import KEY_DESCRIPTION, refusal_message, tool_schema
+from kvmem.agent.tools import EXPIRES_DESCRIPTION, KEY_DESCRIPTION, refusal_message, tool_schema
 from kvmem.errors import KvmemError, NotFound, describe_problems
+from kvmem.memory.expiry import expiry_of
 from kvmem.memory.overview import memory_overview
 from kvmem.memory.write_outcomes import written_json
 from kvmem.server.services import Services
@@ -71,6 +72,11 @@ class SetArguments(ToolArguments):
 
     key: str = Field(description=KEY_DESCRIPTION)
     value: str = Field(description="The complete value to store.")
+    expires_at: str | None = Field(default=None, description=EXPIRES_DESCRIPTION)
+    expires_in: str | None = Field(
+        default=None,
+        description='Instead of expires_at: how long it holds, "90m", "12h", "3d", "2w".',
+    )
 
 
 class DeleteArguments(ToolArguments):
@@ -240,7 +246,8 @@ class MemoryMcp:
         if name == "memory_get":
             return _data(store.get(user, arguments.key).as_json())
         if name == "memory_set":
-            written = store.set(user, arguments.key, arguments.value, "mcp")
+            expires_at = expiry_of(arguments.expires_at, arguments.expires_in, store.clock())
+            written = store.set(user, arguments.key, arguments.value, "mcp", expires_at=expires_at)
             self.services.metrics.memory_write("mcp", "set")
             entry = written.entry
             return _result(

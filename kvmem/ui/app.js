@@ -366,6 +366,10 @@ function entryItem(entry) {
     element("span", { class: `source source-${entry.source}`, title: SOURCE_HINTS[entry.source] || "", text: entry.source }),
     timeElement(entry.updated_at),
   );
+  if (entry.expires_at) {
+    // The day (UTC) the entry stops being remembered; its exact moment on hover.
+    meta.append(element("span", { class: "until", title: format().exact.format(new Date(entry.expires_at)), text: `until ${entry.expires_at.slice(0, 10)}` }));
+  }
   const actions = element(
     "div",
     { class: "actions" },
@@ -395,6 +399,7 @@ function beginEdit(entry) {
   field.disabled = field.tagName === "SELECT";
   field.readOnly = true;
   $("entry-value").value = entry.value;
+  $("entry-expires").value = entry.expires_at ? entry.expires_at.slice(0, 10) : "";
   $("editing-note").textContent = `Editing “${entry.key}”. Saving replaces its value.`;
   $("editing-note").hidden = false;
   $("cancel-edit").hidden = false;
@@ -411,6 +416,7 @@ function endEdit() {
   field.readOnly = false;
   field.value = "";
   $("entry-value").value = "";
+  $("entry-expires").value = "";
   $("editing-note").hidden = true;
   $("cancel-edit").hidden = true;
   showMessage($("form-error"), "");
@@ -426,7 +432,9 @@ async function saveEntry(event) {
     return;
   }
   try {
-    const result = await api("PUT", keyPath(key), { value });
+    // A day is the end of that day, UTC; no day: the entry never expires.
+    const expires = $("entry-expires").value;
+    const result = await api("PUT", keyPath(key), expires ? { value, expires_at: expires } : { value });
     const editing = state.editing !== null;
     endEdit();
     await reload();

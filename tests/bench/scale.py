@@ -9,7 +9,9 @@ expired history at start (p99); every per-user route, alternating between the tw
 one request at a time; `DELETE /me`; and 50 users writing at once. Prints a table with each
 target of issue 23 marked met or missed, and writes scale.json, scale.md and scale.png to
 the results folder. `--quick` (20,000 users, a few requests per route) checks that every
-route answers without error; its times are not judged.
+route answers without error; its times are not judged. `--expiring F` gives a share F of the
+users an entry due to expire at start (the start's sweep expires them) and one that expires
+in a day.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Plan:
     erasures: int  # DELETE /me per server
     writers_per: int  # PUTs per writer of the 50
     sweep_cap: float  # seconds of writes during the sweep, at most
+    expiring: float = 0.0  # the share of users with expiring entries (one due at start)
 
 
 def routes(number: int, shape: Shape, turn: int) -> list[tuple[str, str, str, Any]]:
@@ -411,8 +414,12 @@ def run(plan: Plan, postgres: str | None, out: Path) -> dict[str, Any]:
     counter = TokenCounter()
     value = " ".join(["tea"] * ENTRY_TOKENS)
     # A change holds a shorter value than the entries (edits are often small facts).
+    every = round(1 / plan.expiring) if plan.expiring else 0
     shape = Shape(
-        entry_value=value, entry_tokens=counter.count(value), change_value=" ".join(["tea"] * 45)
+        entry_value=value,
+        entry_tokens=counter.count(value),
+        change_value=" ".join(["tea"] * 45),
+        expiring_every=every,
     )
     if plan.quick:  # small rows: the quick form checks the routes, it does not time them
         value = " ".join(["tea"] * 20)
@@ -421,6 +428,7 @@ def run(plan: Plan, postgres: str | None, out: Path) -> dict[str, Any]:
             entry_tokens=counter.count(value),
             message="Dinner?",
             change_value="tea",
+            expiring_every=every,
         )
     sample = sorted(random.Random(23).sample(range(plan.users), plan.sample))
     workdir = Path(tempfile.mkdtemp(prefix="kvmem-scale-"))
@@ -456,6 +464,12 @@ def run(plan: Plan, postgres: str | None, out: Path) -> dict[str, Any]:
             f"{len(shape.change_value)}-character values ({shape.expired} past "
             f"keep_days {shape.keep_days}), {shape.conversations} conversations of "
             f"{shape.messages} messages"
+            + (
+                f"; every {every}th user has an entry due to expire at start and one "
+                "expiring in a day"
+                if every
+                else ""
+            )
         ),
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load average "
@@ -558,6 +572,12 @@ def main() -> int:
         "--postgres", action="store_true", help=f"on PostgreSQL (the server in ${POSTGRES_ENV})"
     )
     parser.add_argument("--requests", type=int, help="requests per route and server")
+    parser.add_argument(
+        "--expiring",
+        type=float,
+        default=0.0,
+        help="share of users (0-1) with one entry due to expire at start and one in a day",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     postgres = os.environ.get(POSTGRES_ENV) if args.postgres else None
@@ -572,6 +592,7 @@ def main() -> int:
         erasures=4 if args.quick else 60,
         writers_per=1 if args.quick else 20,
         sweep_cap=2.0 if args.quick else 300.0,
+        expiring=args.expiring,
     )
     results = run(plan, postgres, args.out)
     return 1 if results["errors"] else 0

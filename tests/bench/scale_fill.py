@@ -35,6 +35,9 @@ class Shape:
     entry_value: str = ""
     entry_tokens: int = 0
     change_value: str = ""  # the old and new value of each change
+    # Every this-many users (0: none) have an entry already due to expire (an hour ago: the
+    # sweep at start expires it) and one that expires in a day (the reads check it).
+    expiring_every: int = 0
     message: str = "Could you suggest a quick dinner with what is in my fridge? " * 3
 
     @property
@@ -70,6 +73,13 @@ def _tables(
     old = time(now - timedelta(days=shape.keep_days + 30))
     hours = [time(now - timedelta(days=1, hours=c)) for c in range(shape.conversations)]
     kept = shape.changes - shape.expired
+    due, later = time(now - timedelta(hours=1)), time(now + timedelta(days=1))
+
+    def expires(number: int, entry: int) -> Any:
+        if not shape.expiring_every or number % shape.expiring_every:
+            return None
+        return {shape.entries - 1: due, shape.entries - 2: later}.get(entry)
+
     for chunk in _chunks(numbers):
         yield (
             "users",
@@ -78,9 +88,27 @@ def _tables(
         )
         yield (
             "memory_entries",
-            ["user_id", "key", "value", "token_count", "source", "created_at", "updated_at"],
+            [
+                "user_id",
+                "key",
+                "value",
+                "token_count",
+                "source",
+                "created_at",
+                "updated_at",
+                "expires_at",
+            ],
             (
-                (user_id(n), f"k{e}", shape.entry_value, shape.entry_tokens, "manual", old, recent)
+                (
+                    user_id(n),
+                    f"k{e}",
+                    shape.entry_value,
+                    shape.entry_tokens,
+                    "manual",
+                    old,
+                    recent,
+                    expires(n, e),
+                )
                 for n in chunk
                 for e in range(shape.entries)
             ),
@@ -173,6 +201,9 @@ def _fill_sqlite(path: str, numbers: Sequence[int], shape: Shape, now: datetime)
         "change": shape.change_value,
         "recent": recent,
         "message": shape.message,
+        "due": _sqlite_time(now - timedelta(hours=1)),
+        "later": _sqlite_time(now + timedelta(days=1)),
+        "every": shape.expiring_every,
     }
     connection = sqlite3.connect(path, isolation_level=None)
     try:
@@ -196,8 +227,10 @@ def _fill_sqlite(path: str, numbers: Sequence[int], shape: Shape, now: datetime)
             f"INSERT INTO users (id, created_at, memories_enabled, memory_version) "
             f"SELECT {uid}, :old, 1, 0 FROM nums ORDER BY n",
             f"INSERT INTO memory_entries (user_id, key, value, token_count, source, created_at, "
-            f"updated_at) SELECT {uid}, 'k' || e.i, :value, :tokens, 'manual', :old, :recent "
-            f"FROM nums, seq AS e WHERE e.i < {shape.entries} ORDER BY n, e.i",
+            f"updated_at, expires_at) SELECT {uid}, 'k' || e.i, :value, :tokens, 'manual', :old, "
+            f":recent, CASE WHEN :every = 0 OR n % :every THEN NULL "
+            f"WHEN e.i = {shape.entries - 1} THEN :due WHEN e.i = {shape.entries - 2} THEN :later "
+            f"END FROM nums, seq AS e WHERE e.i < {shape.entries} ORDER BY n, e.i",
             f"INSERT INTO conversations (id, user_id, title, created_at, updated_at) "
             f"SELECT {cid}, {uid}, 'Dinner ideas ' || c.i, :old, c.at "
             f"FROM nums, seq AS c WHERE c.i < {shape.conversations} ORDER BY n, c.i",

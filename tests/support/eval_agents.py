@@ -26,12 +26,15 @@ def scenario_of(request: Received, suite: Suite) -> Scenario:
 
 def perfect_operations(scenario: Scenario) -> list[dict[str, Any]]:
     """What a perfect agent does: set each expected key (holding every expected substring,
-    the first choice of each), delete each expected key, nothing else."""
+    the first choice of each, and expiring on the expected day), delete each expected key,
+    nothing else."""
+    expires = scenario.expect.expires
     operations = [
         {
             "op": "set",
             "key": key,
             "value": " ".join(part if isinstance(part, str) else part[0] for part in parts),
+            **({"expires_at": expires[key].isoformat()} if key in expires else {}),
         }
         for key, parts in scenario.expect.set.items()
     ]
@@ -45,7 +48,13 @@ def answer(request: Received, operations: list[dict[str, Any]]) -> Reply:
     return Reply(
         content=None,
         tool_calls=[
-            set_memory(op["key"], op["value"]) if op["op"] == "set" else delete_memory(op["key"])
+            set_memory(
+                op["key"],
+                op["value"],
+                **({"expires_at": op["expires_at"]} if "expires_at" in op else {}),
+            )
+            if op["op"] == "set"
+            else delete_memory(op["key"])
             for op in operations
         ],
     )

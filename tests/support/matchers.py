@@ -21,8 +21,10 @@ class IsoTime:
 ISO_TIME: Any = IsoTime()
 
 
-def entry(key: str, value: str, token_count: int, source: str = "manual") -> dict[str, Any]:
-    """An entry as the API shows it, with any timestamps."""
+def entry(
+    key: str, value: str, token_count: int, source: str = "manual", expires_at: Any = None
+) -> dict[str, Any]:
+    """An entry as the API shows it, with any timestamps (and no expiry, unless given)."""
     return {
         "key": key,
         "value": value,
@@ -30,4 +32,5 @@ def entry(key: str, value: str, token_count: int, source: str = "manual") -> dic
         "created_at": ISO_TIME,
         "updated_at": ISO_TIME,
         "source": source,
+        "expires_at": expires_at,
     }

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kvmem.errors import BadRequest
-from kvmem.memory.exports import export_document, read_document
+from kvmem.memory.exports import export_document, read_document, read_expiries
 from kvmem.memory.write_outcomes import imported_json, written_json
 from kvmem.server.bodies import RequestBody, parse_json, read_body, read_model
 from kvmem.server.routes import route
@@ -86,9 +86,10 @@ async def import_memory(request: Request) -> Response:
     require_memory(services)
     mode = _mode(request.query_params.get("mode", "merge"))
     raw = await read_body(request, services.config.server.max_body_bytes)
-    items = read_document(parse_json(raw))
+    document = parse_json(raw)
+    items, expires = read_document(document), read_expiries(document)
     imported = await run_in_threadpool(
-        lambda: services.store.import_document(user, items, mode=mode)
+        lambda: services.store.import_document(user, items, mode=mode, expires=expires)
     )
     services.metrics.memory_write("import", "set", imported.imported)
     if imported.deleted:

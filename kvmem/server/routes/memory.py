@@ -12,7 +12,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from kvmem.entries import Entry, Snapshot
 from kvmem.errors import BadRequest, PersonalizeDisabled, ReviewNotPerUser
+from kvmem.memory.expiry import expiry_of
 from kvmem.memory.overview import memory_overview
 from kvmem.memory.proposals import review_in_effect
 from kvmem.memory.write_outcomes import written_json
@@ -25,8 +27,24 @@ async def list_memories(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
+    if _include_expired(request.query_params.get("include_expired")):
+        snapshot, everything = await run_in_threadpool(_with_expired, services, user)
+        return JSONResponse(memory_overview(snapshot, services.config, everything))
     snapshot = await run_in_threadpool(services.store.snapshot, user)
     return JSONResponse(memory_overview(snapshot, services.config))
+
+
+def _include_expired(raw: str | None) -> bool:
+    if raw is None or raw in ("false", "0"):
+        return False
+    if raw in ("true", "1"):
+        return True
+    raise BadRequest(f"include_expired must be true or false, not {raw[:40]!r}")
+
+
+def _with_expired(services: Services, user: str) -> tuple[Snapshot, tuple[Entry, ...]]:
+    entries = services.store.entries_with_expired(user)
+    return services.store.snapshot(user), entries
 
 
 async def clear_memories(request: Request) -> Response:
@@ -52,7 +70,8 @@ async def put_memory(request: Request) -> Response:
     require_memory(services)
     key = services.store.rules.check_key(request.path_params["key"])
     body = await read_model(request, MemoryValue, services.config.server.max_body_bytes)
-    written = await services.store.set_async(user, key, body.value, "manual")
+    expires_at = expiry_of(body.expires_at, body.expires_in, services.store.clock())
+    written = await services.store.set_async(user, key, body.value, "manual", expires_at=expires_at)
     services.metrics.memory_write("manual", "set")
     return JSONResponse(
         written_json(written, services.config.memory.token_limit),
