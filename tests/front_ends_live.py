@@ -269,11 +269,18 @@ class Outcome:
 
 
 class Scenario:
-    def __init__(self, name: str, folder: Path, command: str, jwt_secret: str | None) -> None:
+    """One Open WebUI in front of one kvmem: `jwt_secret` set signs the forwarded user;
+    `task_header` gives Open WebUI's connection `X-Memory-Task: {{TASK}}` and turns kvmem's
+    own prompt detection off, so only the header can tell a task call."""
+
+    def __init__(
+        self, name: str, folder: Path, command: str, jwt_secret: str | None, task_header: bool
+    ) -> None:
         self.name = name
         self.folder = folder
         self.command = command
         self.jwt_secret = jwt_secret
+        self.task_header = task_header
         self.service_key = "svc-" + secrets.token_hex(16)
         self.upstream = ScriptedUpstream()
         self.upstream.respond(MAIN_MODEL, main_model)
@@ -293,12 +300,13 @@ class Scenario:
                 "timeout": 30,
             },
             "memory": {
+                "tasks": {"detect": not self.task_header},
                 "agent": {
                     "provider": "openai",
                     "model": AGENT_MODEL,
                     "api_base": self.upstream.url,
                     "api_key": "agent-key",
-                }
+                },
             },
         }
 
@@ -362,6 +370,17 @@ class Scenario:
             token, user_id = signed_up.json()["token"], signed_up.json()["id"]
             outcome.user_id = user_id
             web.headers["Authorization"] = f"Bearer {token}"
+            if self.task_header:  # Admin Settings > Connections > the connection's headers
+                configured = web.post(
+                    "/openai/config/update",
+                    json={
+                        "ENABLE_OPENAI_API": True,
+                        "OPENAI_API_BASE_URLS": [f"{proxy.url}/v1"],
+                        "OPENAI_API_KEYS": [self.service_key],
+                        "OPENAI_API_CONFIGS": {"0": {"headers": {"X-Memory-Task": "{{TASK}}"}}},
+                    },
+                )
+                check(configured.status_code == 200, f"connection headers: {configured.text}")
             with httpx.Client(base_url=kvmem.url, timeout=10) as memory:
                 seeded = memory.put(
                     f"/memory/{KNOWN_KEY}",
@@ -486,6 +505,9 @@ class Scenario:
                 check(call.answer("x-memory-injected") == "1", "the turn got the memory block")
             else:
                 check(agent_state == "task", f"{task} answered X-Memory-Agent: {agent_state}")
+            if self.task_header:  # the task's name on a task call, empty on a person's turn
+                named = call.header("X-Memory-Task")
+                check(named == (task or ""), f"{task or 'the turn'} sent X-Memory-Task {named!r}")
 
     def rag_turn(
         self,
@@ -595,6 +617,9 @@ class Scenario:
                 state == "task" if task else state in ("running", "done"),
                 f"Open WebUI's {task or 'RAG turn'} answered X-Memory-Agent: {state}",
             )
+            if self.task_header:
+                named = call.header("X-Memory-Task")
+                check(named == (task or ""), f"{task or 'the turn'} sent X-Memory-Task {named!r}")
 
 
 def message_body(
@@ -747,7 +772,7 @@ def open_webui_version(command: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--record", action="store_true", help="write the recorded requests")
-    parser.add_argument("--only", choices=["plain", "jwt"], help="run one scenario")
+    parser.add_argument("--only", choices=["plain", "jwt", "task-header"], help="one scenario")
     arguments = parser.parse_args()
     command = os.environ.get("OPEN_WEBUI") or shutil.which("open-webui")
     if not command:
@@ -757,13 +782,17 @@ def main() -> int:
         return 2
     version = open_webui_version(command)
     print(f"Open WebUI {version} ({command}) in front of kvmem")
-    scenarios = [("plain", None), ("jwt", secrets.token_urlsafe(48))]
+    scenarios = [
+        ("plain", None, False),
+        ("jwt", secrets.token_urlsafe(48), False),
+        ("task-header", None, True),
+    ]
     failed = False
-    for name, secret in scenarios:
+    for name, secret, task_header in scenarios:
         if arguments.only and name != arguments.only:
             continue
         with tempfile.TemporaryDirectory(prefix=f"kvmem-owui-{name}-") as scratch:
-            scenario = Scenario(name, Path(scratch), command, secret)
+            scenario = Scenario(name, Path(scratch), command, secret, task_header)
             try:
                 outcome = scenario.run()
             except AssertionError as failure:  # a check, or a process that did not start
@@ -775,7 +804,7 @@ def main() -> int:
                 continue
             print(report(outcome))
             if arguments.record:
-                for path in record(outcome, version, scenario.service_key, tasks=name == "plain"):
+                for path in record(outcome, version, scenario.service_key, tasks=name != "jwt"):
                     print(
                         f"  recorded {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}"
                     )

@@ -379,9 +379,13 @@ HOP_HEADERS = {"host", "content-length"}
 def recorded_calls(scenario: str) -> list[dict[str, Any]]:
     """What Open WebUI 0.12.4 sent kvmem in `tests/front_ends_live.py`, in the order sent:
     the first message (title, turn, follow-ups, tags), then a message with a document attached
-    (search queries, the RAG turn, follow-ups). The JWT run kept only its turns."""
-    paths = RECORDED.glob(f"recorded-openwebui-0.12.4-{scenario}-*.json")
-    numbered = sorted(paths, key=lambda p: int(p.stem.split("-")[4]))
+    (search queries, the RAG turn, follow-ups). The JWT run kept only its turns; the
+    task-header run had `X-Memory-Task: {{TASK}}` among its connection's headers."""
+    prefix = f"recorded-openwebui-0.12.4-{scenario}-"
+    numbered = sorted(
+        RECORDED.glob(f"{prefix}[0-9]*.json"),
+        key=lambda p: int(p.stem.removeprefix(prefix).split("-")[0]),
+    )
     return [json.loads(p.read_text(encoding="utf-8")) for p in numbered]
 
 
@@ -419,17 +423,23 @@ def test_the_recordings_are_what_open_webui_sends() -> None:
     jwt_calls = recorded_calls("jwt")
     assert [c["task"] for c in jwt_calls] == [None, None]
     assert all("X-OpenWebUI-User-Id" not in c["headers"] for c in jwt_calls)
+    # `{{TASK}}`: the task's name on a task call, empty on a person's turn.
+    named = [(c["task"], c["headers"]["X-Memory-Task"]) for c in recorded_calls("task-header")]
+    assert named == [(task, task or "") for task, _ in named]
+    assert len(named) == 7
 
 
-@pytest.mark.parametrize("scenario", ["plain", "jwt"])
+@pytest.mark.parametrize("scenario", ["plain", "jwt", "task-header"])
 def test_open_webuis_recorded_conversation_runs_the_agent_once_per_message(
     make_client: MakeClient, chat_sections: Sections, upstream: Any, scenario: str
 ) -> None:
     """Replays Open WebUI's recorded calls with their own headers: one agent run per person's
     message, none for its title, tags, follow-up and query calls, no memory in those, no word
     of the attached document in the agent's input, and each write under Open WebUI's chat id
-    and the user it forwarded (plain headers, or the signed token with `required: true`)."""
-    calls = recorded_calls("plain")
+    and the user it forwarded (plain headers, or the signed token with `required: true`). With
+    the connection's `X-Memory-Task: {{TASK}}`, the header alone tells the tasks (detection
+    off)."""
+    calls = recorded_calls("task-header" if scenario == "task-header" else "plain")
     if scenario == "jwt":  # its turns; its task calls had the plain run's bodies, its headers
         turns, seen_turns = recorded_calls("jwt"), 0
         for index, call in enumerate(calls):
@@ -456,7 +466,8 @@ def test_open_webuis_recorded_conversation_runs_the_agent_once_per_message(
         return Reply(content=None, tool_calls=found)
 
     upstream.respond(AGENT_MODEL, agent)
-    client = make_client(**chat_sections(), auth=auth)
+    detect = {"tasks": {"detect": scenario != "task-header"}}
+    client = make_client(**chat_sections(memory=detect), auth=auth)
     # Acts as the user Open WebUI forwarded (its plain header, or its token).
     turn = replayed_headers(next(c for c in calls if c["task"] is None))
     chat_id = turn["X-OpenWebUI-Chat-Id"]
