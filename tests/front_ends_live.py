@@ -88,6 +88,13 @@ DOCUMENT = (
 DOCUMENT_WORDS = ("4321", "Quarterly report", "IMPORTANT INSTRUCTION", "<source", "<context>")
 QUESTION = "What does the report say about revenue? Also, remember that I prefer short answers."
 RAG_OPENING = "### Task:\nRespond to the user query using the provided context"
+# What each run sets beyond Open WebUI's defaults (the recordings say which).
+SETTINGS = {
+    "plain": "ENABLE_FORWARD_USER_INFO_HEADERS=true",
+    "jwt": "ENABLE_FORWARD_USER_INFO_HEADERS=true and FORWARD_USER_INFO_HEADER_JWT_SECRET",
+    "task-header": "ENABLE_FORWARD_USER_INFO_HEADERS=true and the connection's headers "
+    '{"X-Memory-Task": "{{TASK}}"}',
+}
 START_SECONDS = 240  # Open WebUI's first start runs ~200 migrations and imports a lot
 TURN_SECONDS = 120  # the message, its reply and the background tasks
 
@@ -746,7 +753,7 @@ def record(outcome: Outcome, version: str, service_key: str, tasks: bool) -> lis
         kind = task or ("rag-turn" if RAG_OPENING in last else "turn")
         path = RECORDED / f"recorded-openwebui-{version}-{outcome.name}-{index + 1}-{kind}.json"
         data: dict[str, Any] = {
-            "source": f"Open WebUI {version}, default settings, {outcome.name} user forwarding: "
+            "source": f"Open WebUI {version}, default settings, {SETTINGS[outcome.name]}: "
             f"call {index + 1} of {len(calls)} it sent kvmem (recorded by tests/front_ends_live.py)",
             "task": task,
         }
