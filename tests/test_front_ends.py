@@ -3,16 +3,20 @@ run, a retrieved document never reaches the memory agent, and its conversation i
 
 The requests are the ones Open WebUI 0.12.4 and LibreChat send (`tests/data/front_ends/`,
 rendered from their own templates by `tests/support/front_end_requests.py`, each file naming
-its source); `tests/front_ends_live.py` checks the same against a real Open WebUI.
+its source), and those a real Open WebUI 0.12.4 sent kvmem, with their headers
+(`recorded-openwebui-0.12.4-*.json`, recorded by `tests/front_ends_live.py`, which checks the
+same against the real thing).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
@@ -41,9 +45,11 @@ def body_of(name: str, **changes: Any) -> dict[str, Any]:
     return {**recorded(name)["body"], "model": MODEL, **changes}
 
 
-def series(client: TestClient, sample: str) -> dict[tuple[str, ...], float]:
+def series(
+    client: TestClient, sample: str, headers: dict[str, str] | None = None
+) -> dict[tuple[str, ...], float]:
     found = {}
-    for family in text_string_to_metric_families(client.get("/metrics").text):
+    for family in text_string_to_metric_families(client.get("/metrics", headers=headers).text):
         for name, labels, value, *_ in family.samples:
             if name == sample:
                 found[tuple(labels.values())] = value
@@ -360,3 +366,139 @@ def test_conversation_id_headers_are_configurable(
     bad = {"X-Thread": "x" * 201}  # over 200 characters: not a conversation id
     response = client.post("/v1/chat/completions", json=body, headers=bad)
     assert response.status_code == 400
+
+
+# -- Open WebUI's own requests, recorded -----------------------------------------------------
+
+SERVICE_KEY = "svc-front-ends-0123456789"
+JWT_SECRET = "open-webui-forwarding-secret-0123456789"
+# Headers of the hop, not of Open WebUI's request: the test client sets its own.
+HOP_HEADERS = {"host", "content-length"}
+
+
+def recorded_calls(scenario: str) -> list[dict[str, Any]]:
+    """What Open WebUI 0.12.4 sent kvmem in `tests/front_ends_live.py`, in the order sent:
+    the first message (title, turn, follow-ups, tags), then a message with a document attached
+    (search queries, the RAG turn, follow-ups). The JWT run kept only its turns; the
+    task-header run had `X-Memory-Task: {{TASK}}` among its connection's headers."""
+    prefix = f"recorded-openwebui-0.12.4-{scenario}-"
+    numbered = sorted(
+        RECORDED.glob(f"{prefix}[0-9]*.json"),
+        key=lambda p: int(p.stem.removeprefix(prefix).split("-")[0]),
+    )
+    return [json.loads(p.read_text(encoding="utf-8")) for p in numbered]
+
+
+def replayed_headers(call: dict[str, Any]) -> dict[str, str]:
+    """The recorded headers with this test's service key, and a fresh token minted from the
+    recorded claims (the recording keeps the claims, not the expired token)."""
+    headers = {k: v for k, v in call["headers"].items() if k.lower() not in HOP_HEADERS}
+    headers["Authorization"] = headers["Authorization"].replace("${KVMEM_SERVICE_KEY}", SERVICE_KEY)
+    token = headers.get("X-OpenWebUI-User-Jwt")
+    if token is not None:
+        claims = json.loads(token[token.index("{") : token.rindex("}") + 1])
+        now = int(time.time())
+        claims |= {"iat": now, "exp": now + 300}
+        headers["X-OpenWebUI-User-Jwt"] = jwt.encode(claims, JWT_SECRET, algorithm="HS256")
+    return headers
+
+
+def test_the_recordings_are_what_open_webui_sends() -> None:
+    """The recording holds the calls the live script saw: the tasks by their own prompts, the
+    same chat id on every call, and the RAG template around the person's words."""
+    calls = recorded_calls("plain")
+    assert [c["task"] for c in calls] == [
+        "title_generation",
+        None,
+        "follow_up_generation",
+        "tags_generation",
+        "query_generation",
+        None,
+        "follow_up_generation",
+    ]
+    assert len({c["headers"]["X-OpenWebUI-Chat-Id"] for c in calls}) == 1
+    rag = calls[5]["body"]["messages"][-1]["content"]
+    assert rag.startswith("### Task:\nRespond to the user query using the provided context")
+    assert persons_words(rag) == calls[5]["persons_words"]
+    jwt_calls = recorded_calls("jwt")
+    assert [c["task"] for c in jwt_calls] == [None, None]
+    assert all("X-OpenWebUI-User-Id" not in c["headers"] for c in jwt_calls)
+    # `{{TASK}}`: the task's name on a task call, empty on a person's turn.
+    named = [(c["task"], c["headers"]["X-Memory-Task"]) for c in recorded_calls("task-header")]
+    assert named == [(task, task or "") for task, _ in named]
+    assert len(named) == 7
+
+
+@pytest.mark.parametrize("scenario", ["plain", "jwt", "task-header"])
+def test_open_webuis_recorded_conversation_runs_the_agent_once_per_message(
+    make_client: MakeClient, chat_sections: Sections, upstream: Any, scenario: str
+) -> None:
+    """Replays Open WebUI's recorded calls with their own headers: one agent run per person's
+    message, none for its title, tags, follow-up and query calls, no memory in those, no word
+    of the attached document in the agent's input, and each write under Open WebUI's chat id
+    and the user it forwarded (plain headers, or the signed token with `required: true`). With
+    the connection's `X-Memory-Task: {{TASK}}`, the header alone tells the tasks (detection
+    off)."""
+    calls = recorded_calls("task-header" if scenario == "task-header" else "plain")
+    if scenario == "jwt":  # its turns; its task calls had the plain run's bodies, its headers
+        turns, seen_turns = recorded_calls("jwt"), 0
+        for index, call in enumerate(calls):
+            if call["task"] is None:
+                calls[index], seen_turns = turns[seen_turns], seen_turns + 1
+            else:  # the headers of the turn it belongs to (the title's go out with the first)
+                headers = turns[max(seen_turns - 1, 0)]["headers"]
+                calls[index] = {**call, "headers": headers}
+    auth: dict[str, Any] = {"mode": "keys", "service_keys": [SERVICE_KEY]}
+    if scenario == "jwt":
+        auth["jwt"] = {"secret": JWT_SECRET, "required": True}
+
+    def agent(received: Any) -> Reply:
+        text = json.dumps(received.messages)
+        found = [
+            set_memory(key, value)
+            for key, value, said in (
+                ("user_preferences", "vegetarian", "vegetarian"),
+                ("response_style", "short answers", "short answers"),
+                ("learned_facts", "bank PIN 4321", "4321"),
+            )
+            if said in text
+        ]
+        return Reply(content=None, tool_calls=found)
+
+    upstream.respond(AGENT_MODEL, agent)
+    detect = {"tasks": {"detect": scenario != "task-header"}}
+    client = make_client(**chat_sections(memory=detect), auth=auth)
+    # Acts as the user Open WebUI forwarded (its plain header, or its token).
+    turn = replayed_headers(next(c for c in calls if c["task"] is None))
+    chat_id = turn["X-OpenWebUI-Chat-Id"]
+    seeded = client.put("/memory/city", json={"value": "Lisbon"}, headers=turn)
+    assert seeded.status_code == 201, seeded.text
+    for call in calls:
+        body = {**call["body"], "model": MODEL}
+        response = client.post("/v1/chat/completions", json=body, headers=replayed_headers(call))
+        assert response.status_code == 200, response.text
+        state = response.headers["x-memory-agent"]
+        assert (state == "task") if call["task"] else (state in ("running", "done")), state
+        wait_agents_idle(client)
+    mains = upstream.received(MAIN_MODEL)
+    assert ["Lisbon" in json.dumps(m.messages) for m in mains] == [
+        call["task"] is None for call in calls
+    ]
+    seen = [json.dumps(r.messages, ensure_ascii=False) for r in upstream.received(AGENT_MODEL)]
+    assert len(seen) == 2
+    assert "Please remember that I am vegetarian" in seen[0]
+    rag_turn = [c for c in calls if c["task"] is None][1]
+    assert rag_turn["persons_words"] in seen[1]
+    assert [word for word in DOCUMENT_WORDS if word in seen[1]] == []
+    assert series(client, "kvmem_agent_runs_total", turn) == {("done",): 2.0}
+    assert series(client, "kvmem_task_calls_total", turn) == {
+        ("title_generation",): 1.0,
+        ("follow_up_generation",): 2.0,
+        ("tags_generation",): 1.0,
+        ("query_generation",): 1.0,
+    }
+    changes = client.get("/memory/history", headers=turn).json()["changes"]
+    agent_writes = {c["key"]: c["conversation_id"] for c in changes if c["source"] == "agent"}
+    assert agent_writes == {"user_preferences": chat_id, "response_style": chat_id}
+    memories = client.get("/memory", headers=turn).json()["memories"]
+    assert {m["key"] for m in memories} == {"city", "user_preferences", "response_style"}
