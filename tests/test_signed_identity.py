@@ -38,6 +38,10 @@ def keys_mode(**jwt_config: Any) -> dict[str, Any]:
     }
 
 
+def now() -> int:
+    return int(time.time())
+
+
 def open_webui_token(
     user_id: Any = "3f2c9a1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b",
     *,
@@ -97,59 +101,69 @@ def test_a_signed_user_is_the_user_the_request_acts_for(make_client: MakeClient)
     assert client.get("/memory/city", headers=same).status_code == 200
 
 
-NOW = int(time.time())
 REFUSED = [
     pytest.param(
-        open_webui_token(exp=NOW - 3600, iat=NOW - 3900), "it has expired (exp)", id="expired"
+        lambda: open_webui_token(exp=now() - 3600, iat=now() - 3900),
+        "it has expired (exp)",
+        id="expired",
     ),
     pytest.param(
-        open_webui_token(secret="another-secret-of-enough-length-0123456789"),
+        lambda: open_webui_token(secret="another-secret-of-enough-length-0123456789"),
         "its signature does not match auth.jwt.secret",
         id="bad-signature",
     ),
     pytest.param(
-        open_webui_token(iss="someone-else"),
+        lambda: open_webui_token(iss="someone-else"),
         "its issuer (iss) is not 'open-webui'",
         id="wrong-issuer",
     ),
     pytest.param(
-        unsigned({"sub": "alice", "iss": "open-webui", "exp": NOW + 300}),
+        lambda: unsigned({"sub": "alice", "iss": "open-webui", "exp": now() + 300}),
         "it is not signed with HS256 (auth.jwt.algorithms)",
         id="alg-none",
     ),
     pytest.param(
-        open_webui_token(algorithm="HS512", secret=SECRET * 2),
+        lambda: open_webui_token(algorithm="HS512", secret=SECRET * 2),
         "it is not signed with HS256 (auth.jwt.algorithms)",
         id="unlisted-algorithm",
     ),
-    pytest.param("not-a-token", "it is not a well-formed JSON Web Token", id="malformed"),
-    pytest.param("a.b.c", "it is not a well-formed JSON Web Token", id="malformed-parts"),
-    pytest.param("", "it is not a JSON Web Token", id="empty"),
-    pytest.param(open_webui_token(drop=("sub",)), "it has no 'sub' claim", id="missing-sub"),
-    pytest.param(open_webui_token(drop=("exp",)), "it has no 'exp' claim", id="missing-exp"),
-    pytest.param(open_webui_token(drop=("iss",)), "it has no 'iss' claim", id="missing-iss"),
+    pytest.param(lambda: "not-a-token", "it is not a well-formed JSON Web Token", id="malformed"),
+    pytest.param(lambda: "a.b.c", "it is not a well-formed JSON Web Token", id="malformed-parts"),
+    pytest.param(lambda: "", "it is not a JSON Web Token", id="empty"),
     pytest.param(
-        open_webui_token("bob smith!"),
+        lambda: open_webui_token(drop=("sub",)), "it has no 'sub' claim", id="missing-sub"
+    ),
+    pytest.param(
+        lambda: open_webui_token(drop=("exp",)), "it has no 'exp' claim", id="missing-exp"
+    ),
+    pytest.param(
+        lambda: open_webui_token(drop=("iss",)), "it has no 'iss' claim", id="missing-iss"
+    ),
+    pytest.param(
+        lambda: open_webui_token("bob smith!"),
         "its 'sub' claim is not a user id (1-128 characters of A-Z, a-z, 0-9, . _ @ -)",
         id="invalid-user-id",
     ),
     pytest.param(
-        open_webui_token(12345),
+        lambda: open_webui_token(12345),
         "its 'sub' claim is not a user id (1-128 characters of A-Z, a-z, 0-9, . _ @ -)",
         id="user-id-not-a-string",
     ),
     pytest.param(
-        open_webui_token(nbf=NOW + 3600),
+        lambda: open_webui_token(nbf=now() + 3600),
         "it is not valid yet (nbf or iat in the future)",
         id="not-yet-valid",
     ),
 ]
 
 
-@pytest.mark.parametrize(("token", "why"), REFUSED)
+@pytest.mark.parametrize(("mint", "why"), REFUSED)
 def test_a_token_that_does_not_verify_is_401_saying_why_with_no_fall_back(
-    make_client: MakeClient, token: str, why: str
+    make_client: MakeClient, mint: Callable[[], str], why: str
 ) -> None:
+    """Each token is made when the test runs (a token made at collection would expire on a
+    long run)."""
+    token = mint()
     client = make_client(auth=keys_mode())
     # The plain headers name a valid user: they must not be used instead.
     headers = service(token, **{"X-User-Id": "alice", "X-OpenWebUI-User-Id": "alice"})
