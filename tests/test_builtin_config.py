@@ -183,3 +183,14 @@ def test_commands_refuse_a_short_key_with_exit_2(tmp_path: Path) -> None:
     assert (result.code, result.stdout) == (2, "")
     assert result.stderr.startswith("kvmem: KVMEM_SERVICE_KEY has 5 characters, too short")
     assert not (tmp_path / "kvmem.db").exists()
+
+
+def test_serve_on_a_public_host_without_a_key_says_which_variable_to_set(tmp_path: Path) -> None:
+    """The image's `kvmem serve --host 0.0.0.0` run without KVMEM_SERVICE_KEY."""
+    result = invoke(["serve", "--host", "0.0.0.0"], cwd=tmp_path)
+    assert (result.code, result.stdout) == (2, "")
+    assert result.stderr == (
+        "kvmem: auth.mode is local (no credentials), so kvmem only binds a loopback address; "
+        "'0.0.0.0' is not one. Use 127.0.0.1, or set KVMEM_SERVICE_KEY (keys mode), or write "
+        "a memory.yaml.\n"
+    )
