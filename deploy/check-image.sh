@@ -3,8 +3,8 @@
 # only (no config file), and checks what the image promises: /healthz answers and the image's
 # own HEALTHCHECK passes, a write with the service key is stored, a request without it is
 # 401, SQLite lives in the image's /data volume, owned by the image's non-root user, and
-# every request is a line on stderr. A key that is too short is refused at start with a
-# clear message.
+# every request is a line on stderr, and SIGTERM drains it (exit 0). Without a key, or with
+# one that is too short, it refuses to start (exit 2) with a message naming the variable.
 #
 #   bash deploy/check-image.sh              # build, then check
 #   bash deploy/check-image.sh --base-only  # only make the base image (see below)
@@ -175,6 +175,14 @@ check_running() {
     [[ $refused == 2 ]] || { cat "$WORK/refused.log" >&2; fail "a short key: exit $refused, not 2"; }
     grep -q "KVMEM_SERVICE_KEY" "$WORK/refused.log" || fail "the refusal does not name KVMEM_SERVICE_KEY"
     say "  $(grep -m1 KVMEM_SERVICE_KEY "$WORK/refused.log")"
+
+    say "without a key it does not start (local mode never binds 0.0.0.0)"
+    refused=0
+    "${BUILDAH[@]}" run --isolation chroot "$CONTAINER" -- "${command[@]}" \
+        >"$WORK/no-key.log" 2>&1 || refused=$?
+    [[ $refused == 2 ]] || { cat "$WORK/no-key.log" >&2; fail "no key: exit $refused, not 2"; }
+    grep -q "set KVMEM_SERVICE_KEY" "$WORK/no-key.log" || fail "the refusal does not say to set KVMEM_SERVICE_KEY"
+    say "  $(grep -m1 KVMEM_SERVICE_KEY "$WORK/no-key.log")"
 
     say "serving with environment only: ${command[*]}"
     "${BUILDAH[@]}" run --isolation chroot \

@@ -29,6 +29,7 @@ _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # every user's memory (`openssl rand -hex 32` makes one of 64).
 MIN_SERVICE_KEY_LENGTH = 16
 DEFAULT_CHAT_MODEL = "ollama/llama3.1"
+BUILTIN_SOURCE = "built-in, from KVMEM_* variables (no memory.yaml here)"
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ class LoadedConfig:
     path: Path
     warnings: tuple[str, ...]
     builtin: bool = False
+
+    def source(self) -> str:
+        """Where the config came from, for a person: the file's absolute path, or the
+        built-in config."""
+        return BUILTIN_SOURCE if self.builtin else str(self.path.resolve())
 
 
 def find_config_path(explicit: str | None, environ: Mapping[str, str]) -> Path:

@@ -109,6 +109,21 @@ def test_open_webui_forwards_a_signed_user_and_kvmem_verifies_it() -> None:
     text = (folder / "memory.yaml").read_text(encoding="utf-8")
     assert set(_VARIABLE.findall(text)) <= set(kvmem["environment"])
     assert '{"X-Memory-Task": "{{TASK}}"}' in leading_comments(folder / "docker-compose.yml")
+    # kvmem loads it with what the compose file gives it.
+    environ = {
+        "KVMEM_SERVICE_KEY": "k" * 32,
+        "WEBUI_FORWARD_JWT_SECRET": "s" * 32,
+        "KVMEM_CHAT_MODEL": "openai/gpt-4.1-mini",
+        "KVMEM_CHAT_API_BASE": "https://api.openai.com/v1",
+        "KVMEM_CHAT_API_KEY": "sk-test",
+        "KVMEM_AGENT_PROVIDER": "openai",
+        "KVMEM_AGENT_MODEL": "gpt-4.1-nano",
+    }
+    loaded = load_config(folder / "memory.yaml", environ)
+    assert loaded.warnings == ()
+    jwt = loaded.config.auth.jwt
+    assert jwt is not None and jwt.required and jwt.secret.get_secret_value() == "s" * 32
+    assert loaded.config.agent_status() == (True, "model 'gpt-4.1-nano' via provider 'openai'")
 
 
 def test_two_replicas_share_one_postgresql() -> None:

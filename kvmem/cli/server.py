@@ -61,10 +61,9 @@ def serve(host: str | None, port: int | None) -> None:
         signal.signal(shutdown_signal, lambda *_: None)
     configure_logging(config.server.log_format)
     log = logging.getLogger("kvmem")
-    source = "built-in (KVMEM_* variables)" if loaded.builtin else str(loaded.path.resolve())
     log.info(
         "config %s; auth.mode %s; database %s",
-        source,
+        loaded.source(),
         config.auth.mode,
         config.database.masked_url(),
     )
@@ -118,8 +117,7 @@ def check(reach: bool, timeout: float) -> None:
     config = loaded.config
     settings = config.model_dump(mode="json", by_alias=True)
     settings["database"]["url"] = config.database.masked_url()
-    source = "built-in, from KVMEM_* variables (no memory.yaml here)" if loaded.builtin else None
-    click.echo(f"# config: {source or loaded.path.resolve()}")
+    click.echo(f"# config: {loaded.source()}")
     click.echo(yaml.safe_dump(settings, sort_keys=False, allow_unicode=True).rstrip())
     on, reason = config.agent_status()
     click.echo(f"# memory agent: {'on' if on else 'off'} ({reason})")
@@ -133,7 +131,7 @@ def reach_models(loaded: LoadedConfig, timeout: float) -> None:
 
     results = asyncio.run(reach.reach_models(loaded.config, timeout))
     show(
-        {"config": str(loaded.path.resolve()), "models": [r.as_json() for r in results]},
+        {"config": loaded.source(), "models": [r.as_json() for r in results]},
         views.reach,
     )
     if any(result.failed for result in results):
