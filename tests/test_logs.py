@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 
 from kvmem.server.logs import (
     ACCESS,
+    LOGGERS,
     JsonFormatter,
     TextFormatter,
     configure_logging,
@@ -35,7 +36,7 @@ def restored_logging() -> Iterator[None]:
     """Put back what configure_logging changes, so no other test sees its handler."""
     root = logging.getLogger()
     saved = [(root, root.handlers[:], root.level, root.propagate)]
-    for name in ("kvmem", "uvicorn"):
+    for name in LOGGERS:
         logger = logging.getLogger(name)
         saved.append((logger, logger.handlers[:], logger.level, logger.propagate))
     yield
@@ -124,6 +125,9 @@ def test_the_app_logs_nothing_while_the_request_logger_is_off(
 def test_configure_logging_sends_kvmem_and_uvicorn_info_but_only_library_warnings(
     restored_logging: None,
 ) -> None:
+    # As a uvicorn run earlier in the process leaves them (test_metrics runs some).
+    logging.getLogger("uvicorn.error").propagate = False
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     stream = io.StringIO()
     configure_logging("json", stream)
     logging.getLogger("kvmem.retention").info("history sweep deleted %d expired changes", 2)

@@ -20,6 +20,8 @@ from typing import Any, Literal, TextIO
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 ACCESS = logging.getLogger("kvmem.access")
+# The loggers `configure_logging` sets: kvmem's, and uvicorn's with the two it logs through.
+LOGGERS = ("kvmem", "uvicorn", "uvicorn.error", "uvicorn.asgi")
 # A request target longer than this is cut in the log line (the head is bounded anyway).
 MAX_TARGET_CHARS = 2000
 LogFormat = Literal["text", "json"]
@@ -137,8 +139,10 @@ def configure_logging(log_format: LogFormat, stream: TextIO | None = None) -> No
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
-    for name in ("kvmem", "uvicorn"):
+    for name in LOGGERS:
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
-        logger.setLevel(logging.INFO)
+        # kvmem's and uvicorn's INFO; uvicorn's own loggers below follow `uvicorn` (a uvicorn
+        # run earlier in the process may have given them handlers and levels of its own).
+        logger.setLevel(logging.INFO if "." not in name else logging.NOTSET)
