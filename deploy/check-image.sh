@@ -91,7 +91,8 @@ choose_base() {
 }
 
 build() {
-    local started finished
+    local started finished previous
+    previous=$("${BUILDAH[@]}" images -q "$IMAGE" 2>/dev/null || true)
     started=$(date +%s)
     "${BUILDAH[@]}" bud --isolation chroot --format docker --layers=false \
         -f "$ROOT/deploy/Dockerfile" --build-arg BASE="$BASE" \
@@ -99,6 +100,10 @@ build() {
         -t "$IMAGE" "$ROOT" >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log" >&2; fail "build"; }
     finished=$(date +%s)
     BUILD_SECONDS=$((finished - started))
+    # The image this one replaces under the same name, now untagged: not kept.
+    if [[ -n $previous && $previous != "$("${BUILDAH[@]}" images -q "$IMAGE")" ]]; then
+        "${BUILDAH[@]}" rmi "$previous" >/dev/null 2>&1 || true
+    fi
     local base_bytes image_bytes
     base_bytes=$(image_bytes "$BASE")
     image_bytes=$(image_bytes "$IMAGE")
