@@ -69,6 +69,9 @@ class ServerConfig(Section):
     allowed_hosts: list[str] | None = None
     # Origins of other sites whose pages may send writes (`https://chat.example.com`).
     allowed_origins: list[str] = Field(default_factory=list)
+    # How `kvmem serve` writes its log lines to stderr: `text` for people, `json` (one object
+    # a line) for log pipelines.
+    log_format: Literal["text", "json"] = "text"
 
     @field_validator("allowed_hosts")
     @classmethod

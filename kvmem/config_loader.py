@@ -1,4 +1,5 @@
-"""Reading memory.yaml: find it, drop what kvmem ignores, interpolate `${VAR}`, validate.
+"""Reading memory.yaml: find it, drop what kvmem ignores, interpolate `${VAR}`, validate; and
+the built-in config, made from `KVMEM_*` variables, when there is no file to read.
 
 Every error is a `ConfigError` whose message names the file, the field's path and what was
 expected. An unknown field, and a top-level section or custom-endpoint field that is ignored,
@@ -24,20 +25,131 @@ from kvmem.errors import ConfigError
 
 DEFAULT_PATH = "memory.yaml"
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# A service key shorter than this is refused: it is the one secret between a front end and
+# every user's memory (`openssl rand -hex 32` makes one of 64).
+MIN_SERVICE_KEY_LENGTH = 16
+DEFAULT_CHAT_MODEL = "ollama/llama3.1"
+BUILTIN_SOURCE = "built-in, from KVMEM_* variables (no memory.yaml here)"
 
 
 @dataclass(frozen=True)
 class LoadedConfig:
-    """A validated config, the file it came from and the warnings loading it raised."""
+    """A validated config, the file it came from and the warnings loading it raised.
+
+    `builtin` is true for the built-in config (no file: `path` is then `./memory.yaml`,
+    the file that was not there, whose folder relative SQLite paths are relative to)."""
 
     config: Config
     path: Path
     warnings: tuple[str, ...]
+    builtin: bool = False
+
+    def source(self) -> str:
+        """Where the config came from, for a person: the file's absolute path, or the
+        built-in config."""
+        return BUILTIN_SOURCE if self.builtin else str(self.path.resolve())
 
 
 def find_config_path(explicit: str | None, environ: Mapping[str, str]) -> Path:
     """`--config PATH`, else `$KVMEM_CONFIG`, else `./memory.yaml`."""
     return Path(explicit or environ.get("KVMEM_CONFIG") or DEFAULT_PATH)
+
+
+def load_found_config(explicit: str | None, environ: Mapping[str, str]) -> LoadedConfig:
+    """The config a `kvmem` command runs with: the file `--config` or `$KVMEM_CONFIG` names
+    (an error when it cannot be read), else `./memory.yaml`, else, when there is no
+    `./memory.yaml`, the built-in config (`builtin_config`)."""
+    path = find_config_path(explicit, environ)
+    if explicit or environ.get("KVMEM_CONFIG") or path.exists():
+        return load_config(path, environ)
+    return builtin_config(environ, Path.cwd())
+
+
+def builtin_config(environ: Mapping[str, str], folder: Path) -> LoadedConfig:
+    """The config of a folder without memory.yaml (and of the container image), from the
+    environment:
+
+    - `KVMEM_SERVICE_KEY` set: `auth.mode: keys` with it as the one service key (refused when
+      empty, shorter than `MIN_SERVICE_KEY_LENGTH` or edged with spaces); unset: `local`.
+    - `KVMEM_CHAT_MODEL` (default `ollama/llama3.1`), `KVMEM_CHAT_API_BASE`, `KVMEM_CHAT_API_KEY`.
+    - The memory agent: `KVMEM_AGENT_MODEL` (`provider/model`; without a provider, `openai`),
+      `KVMEM_AGENT_API_BASE`, `KVMEM_AGENT_API_KEY`; unset, the chat model and its upstream.
+    - `KVMEM_DATABASE_URL` (default `sqlite:///kvmem.db` in `folder`), `KVMEM_LOG_FORMAT`.
+
+    An empty variable counts as unset, as in `${VAR:-default}` (compose passes `${VAR}` of
+    an unset variable as empty), except `KVMEM_SERVICE_KEY`: empty there is a mistake.
+    Values are taken as they are: a `${...}` in one is not interpolated.
+    """
+    path = folder / DEFAULT_PATH
+
+    def variable(name: str) -> str | None:
+        return environ.get(name) or None
+
+    auth: dict[str, Any] = {"mode": "local"}
+    if "KVMEM_SERVICE_KEY" in environ:
+        auth = {"mode": "keys", "service_keys": [_service_key(environ["KVMEM_SERVICE_KEY"])]}
+    chat_model = variable("KVMEM_CHAT_MODEL") or DEFAULT_CHAT_MODEL
+    chat = {
+        "model": chat_model,
+        "api_base": variable("KVMEM_CHAT_API_BASE"),
+        "api_key": variable("KVMEM_CHAT_API_KEY"),
+    }
+    if agent_model := variable("KVMEM_AGENT_MODEL"):
+        api_base, api_key = variable("KVMEM_AGENT_API_BASE"), variable("KVMEM_AGENT_API_KEY")
+    else:
+        agent_model, api_base, api_key = chat_model, chat["api_base"], chat["api_key"]
+    provider, slash, model = agent_model.partition("/")
+    if not slash:
+        provider, model = "openai", agent_model
+    if not provider or not model:
+        raise ConfigError(
+            f"KVMEM_AGENT_MODEL {agent_model!r} names no model: write provider/model, "
+            "such as openai/gpt-4.1-mini (a name alone is an OpenAI model)"
+        )
+    data: dict[str, Any] = {
+        "server": {"log_format": variable("KVMEM_LOG_FORMAT") or "text"},
+        "database": {"url": variable("KVMEM_DATABASE_URL") or "sqlite:///kvmem.db"},
+        "auth": auth,
+        "chat": chat,
+        "memory": {
+            "agent": {
+                "provider": provider,
+                "model": model,
+                "api_base": api_base,
+                "api_key": api_key,
+            }
+        },
+    }
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, Path("built-in config (KVMEM_* variables)"))) from None
+    config = _resolve_sqlite_path(config, folder)
+    return LoadedConfig(config=config, path=path, warnings=(), builtin=True)
+
+
+def _service_key(key: str) -> str:
+    """`KVMEM_SERVICE_KEY` if it can be a service key, else a `ConfigError` saying what to do
+    (the key itself is never in the message)."""
+    fix = (
+        "set it to a random secret of at least "
+        f"{MIN_SERVICE_KEY_LENGTH} characters (openssl rand -hex 32), or unset it to serve "
+        "only this machine in local mode, or write a memory.yaml (or mount one and name it in "
+        "KVMEM_CONFIG)"
+    )
+    problem = None
+    if not key:
+        problem = "is empty"
+    elif key != key.strip():
+        problem = "starts or ends with white space, which HTTP headers drop"
+    elif len(key) < MIN_SERVICE_KEY_LENGTH:
+        problem = f"has {len(key)} characters, too short for a key that acts for every user"
+    if problem:
+        raise ConfigError(
+            f"KVMEM_SERVICE_KEY {problem}: without a memory.yaml, kvmem's built-in config "
+            f"takes its one service key (auth.mode keys) from it; {fix}"
+        )
+    return key
 
 
 def load_config(path: Path, environ: Mapping[str, str] | None = None) -> LoadedConfig:

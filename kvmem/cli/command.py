@@ -14,7 +14,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from kvmem.config_loader import LoadedConfig, find_config_path, load_config
+from kvmem.config_loader import LoadedConfig, load_found_config
 from kvmem.errors import BadRequest, ConfigError, KvmemError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -64,7 +64,7 @@ def loaded_config() -> LoadedConfig:
         explicit = explicit or (ctx.obj or {}).get("config_path")
         ctx = ctx.parent
     try:
-        loaded = load_config(find_config_path(explicit, os.environ))
+        loaded = load_found_config(explicit, os.environ)
     except ConfigError as exc:
         fail(str(exc), 2)
     for warning in loaded.warnings:

@@ -34,30 +34,47 @@ def serve(host: str | None, port: int | None) -> None:
     # The app's default server.allowed_hosts names the host it is bound to: --host's.
     config = config.model_copy(update={"server": config.server.model_copy(update={"host": host})})
     if config.auth.mode == "local" and not config.server.is_loopback(host):
+        fix = (
+            "set KVMEM_SERVICE_KEY (keys mode), or write a memory.yaml"
+            if loaded.builtin
+            else "set auth.mode: keys"
+        )
         fail(
             f"auth.mode is local (no credentials), so kvmem only binds a loopback address; "
-            f"{host!r} is not one. Use 127.0.0.1, or set auth.mode: keys.",
+            f"{host!r} is not one. Use 127.0.0.1, or {fix}.",
             2,
         )
     database = open_database(loaded)
 
+    import logging
     import signal
 
     import uvicorn
 
     from kvmem.server.app import create_app
     from kvmem.server.http_protocol import uvicorn_options
+    from kvmem.server.logs import configure_logging
 
     # uvicorn drains on SIGTERM/SIGINT, then re-raises the signal to the handler that was
     # there before it: with this one, a drained shutdown ends the process with exit code 0.
     for shutdown_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(shutdown_signal, lambda *_: None)
-    click.echo(f"kvmem: the memory page is at {page_url(host, port)}", err=True)
+    configure_logging(config.server.log_format)
+    log = logging.getLogger("kvmem")
+    log.info(
+        "config %s; auth.mode %s; database %s",
+        loaded.source(),
+        config.auth.mode,
+        config.database.masked_url(),
+    )
+    log.info("the memory page is at %s", page_url(host, port))
     uvicorn.run(
         create_app(config, database=database, freeze_gc=True),
         host=host,
         port=port,
         log_level="info",
+        log_config=None,  # configure_logging's
+        access_log=False,  # kvmem's own request line replaces uvicorn's
         # uvicorn waits with asyncio, so any number of seconds works; its annotation says int.
         timeout_graceful_shutdown=config.server.drain_seconds,  # type: ignore[arg-type]
         **uvicorn_options(config.server),
@@ -100,7 +117,7 @@ def check(reach: bool, timeout: float) -> None:
     config = loaded.config
     settings = config.model_dump(mode="json", by_alias=True)
     settings["database"]["url"] = config.database.masked_url()
-    click.echo(f"# config: {loaded.path.resolve()}")
+    click.echo(f"# config: {loaded.source()}")
     click.echo(yaml.safe_dump(settings, sort_keys=False, allow_unicode=True).rstrip())
     on, reason = config.agent_status()
     click.echo(f"# memory agent: {'on' if on else 'off'} ({reason})")
@@ -114,7 +131,7 @@ def reach_models(loaded: LoadedConfig, timeout: float) -> None:
 
     results = asyncio.run(reach.reach_models(loaded.config, timeout))
     show(
-        {"config": str(loaded.path.resolve()), "models": [r.as_json() for r in results]},
+        {"config": loaded.source(), "models": [r.as_json() for r in results]},
         views.reach,
     )
     if any(result.failed for result in results):
