@@ -26,6 +26,8 @@ from kvmem.db.tables import (
     User,
     UserErasure,
 )
+from kvmem.entries import utcnow
+from kvmem.errors import UserErased
 from kvmem.memory.store import MemoryStore
 from tests.support.apps import AGENT_MODEL, set_memory, wait_agents_idle
 from tests.support.upstream import Reply
@@ -261,3 +263,47 @@ def test_inline_markers_of_a_turn_in_flight_during_the_erasure_write_nothing(
         "reason": INLINE_REASON,
         "last_error": None,
     }
+
+
+# --- the fences, store by store (each of these was a mutant no test caught) -----------------
+
+
+def test_a_delete_begun_before_the_erasure_spares_the_key_recreated_after(
+    make_store: Callable[..., MemoryStore],
+) -> None:
+    """A run in flight during an erasure deletes `city`; the person, back after the erasure,
+    set `city` again: the run's delete must be refused, not remove the new entry."""
+    store = make_store()
+    store.set("alice", "city", "Rome")
+    began = utcnow()
+    store.erase_user("alice")
+    store.set("alice", "city", "Oslo")
+    with pytest.raises(UserErased):
+        store.delete("alice", "city", "agent", since=began)
+    assert [(e.key, e.value) for e in store.snapshot("alice").entries] == [("city", "Oslo")]
+
+
+def test_erasing_one_user_keeps_every_other_users_fresh_fence(
+    make_store: Callable[..., MemoryStore],
+) -> None:
+    store = make_store()
+    began = utcnow()
+    store.erase_user("alice")
+    store.erase_user("bob")  # drops only fences older than FENCE_KEPT
+    for user_id in ("alice", "bob"):
+        with pytest.raises(UserErased):
+            store.set(user_id, "city", "Rome", "agent", since=began)
+    assert store.snapshot("alice").entries == ()
+
+
+def test_a_user_erased_and_back_at_the_same_version_is_not_served_the_erased_entries(
+    make_store: Callable[..., MemoryStore],
+) -> None:
+    """The snapshot cache is keyed by the user row's memory version and creation time: a
+    user erased and seen again starts at version 0 anew."""
+    store = make_store()
+    store.set("alice", "city", "Rome")
+    assert [e.key for e in store.snapshot("alice").entries] == ["city"]  # now cached
+    store.erase_user("alice")
+    store.set("alice", "name", "Ada")  # the same version as the cached read
+    assert [(e.key, e.value) for e in store.snapshot("alice").entries] == [("name", "Ada")]
