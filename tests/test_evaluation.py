@@ -738,6 +738,9 @@ def test_gate_reports_recall_on_memory_requests_and_skip_rate_on_chit_chat(
         "missed_requests": ["mentions"],
         "chit_chat_let_through": ["phrase", "question"],
     }
+    # A recall of 50 % is not under --min-pass 50 %: exit 0.
+    at_the_bound = kvmem(folder, "eval", "--gate", "--suite", suite, "--min-pass", "50%")
+    assert (at_the_bound.exit_code, at_the_bound.stderr) == (0, "")
     text = kvmem(folder, "eval", "--gate", "--suite", suite, "--min-pass", "0.6")
     assert (text.exit_code, text.stdout) == (
         1,
