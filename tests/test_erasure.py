@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
@@ -28,8 +31,9 @@ from kvmem.db.tables import (
 )
 from kvmem.entries import utcnow
 from kvmem.errors import UserErased
+from kvmem.memory import store as store_module
 from kvmem.memory.store import MemoryStore
-from tests.support.apps import AGENT_MODEL, set_memory, wait_agents_idle
+from tests.support.apps import AGENT_MODEL, LiveServer, live_services, set_memory, wait_agents_idle
 from tests.support.upstream import Reply
 
 MakeClient = Callable[..., TestClient]
@@ -307,3 +311,90 @@ def test_a_user_erased_and_back_at_the_same_version_is_not_served_the_erased_ent
     store.erase_user("alice")
     store.set("alice", "name", "Ada")  # the same version as the cached read
     assert [(e.key, e.value) for e in store.snapshot("alice").entries] == [("name", "Ada")]
+
+
+# --- manual writes racing DELETE /me -----------------------------------------------------------
+
+RACE_ROUNDS = 20
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def mcp_set(http: httpx.Client, value: str) -> tuple[bool, str]:
+    """memory_set over MCP: (whether it was refused, the tool's text)."""
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "memory_set", "arguments": {"key": "late", "value": value}},
+    }
+    result = http.post("/mcp", json=call, headers=MCP_HEADERS).json()["result"]
+    return bool(result.get("isError")), result["content"][0]["text"]
+
+
+def rest_set(http: httpx.Client, value: str) -> tuple[bool, str]:
+    response = http.put("/memory/late", json={"value": value})
+    return response.status_code != 201, response.text
+
+
+@pytest.mark.parametrize("path", ["mcp", "rest"])
+def test_a_manual_write_begun_before_delete_me_answered_never_lands_after_it(
+    make_server: Callable[..., LiveServer], monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Each round the erasure is held until a manual write has begun: in odd rounds inside
+    its transaction, holding the user's lock (the write waits for it), in even ones after it
+    (the write lands, and the erasure's second pass deletes it). The write began before
+    DELETE /me answered: once both have answered, nothing of the user is left."""
+    server = make_server()
+    store = live_services(server).store
+    erasing, write_began = threading.Event(), threading.Event()
+    hold_at = "rows"
+
+    def hold(point: str) -> None:
+        if point == hold_at and not erasing.is_set():
+            erasing.set()
+            assert write_began.wait(10), "the write did not begin"
+            time.sleep(0.05)  # it is now waiting for the user's lock, or has landed
+
+    erase_rows, truncate_wal = store_module.erase_user_rows, store.database.truncate_wal
+
+    def held_erase_rows(session: Any, user_id: str) -> Any:
+        hold("rows")
+        return erase_rows(session, user_id)
+
+    def held_truncate_wal() -> bool:
+        hold("between")
+        return truncate_wal()
+
+    monkeypatch.setattr(store_module, "erase_user_rows", held_erase_rows)
+    monkeypatch.setattr(store.database, "truncate_wal", held_truncate_wal)
+    set_entry = store.set
+
+    def noted_set(*args: Any, **kwargs: Any) -> Any:
+        write_began.set()
+        return set_entry(*args, **kwargs)
+
+    monkeypatch.setattr(store, "set", noted_set)
+    monkeypatch.setattr(store, "set_async", _async_noted(store.set_async, write_began))
+    write = mcp_set if path == "mcp" else rest_set
+    with httpx.Client(base_url=server.url, timeout=30) as http, ThreadPoolExecutor(2) as pool:
+        for round_number in range(RACE_ROUNDS):
+            hold_at = "rows" if round_number % 2 else "between"
+            assert http.put("/memory/city", json={"value": "Rome"}).status_code == 201
+            erasing.clear()
+            write_began.clear()
+            erased = pool.submit(http.delete, "/me")
+            assert erasing.wait(10)
+            written = pool.submit(write, http, f"round {round_number}")
+            assert erased.result().status_code == 200
+            refused, text = written.result()
+            assert http.get("/memory").json()["memories"] == [], (round_number, text)
+            if hold_at == "rows":  # it waited for the erasure's lock: refused
+                assert refused and "erased" in text, (round_number, text)
+
+
+def _async_noted(set_async: Any, began: threading.Event) -> Any:
+    async def noted(*args: Any, **kwargs: Any) -> Any:
+        began.set()
+        return await set_async(*args, **kwargs)
+
+    return noted

@@ -22,6 +22,7 @@ from kvmem.cli.command import (
     user_option,
 )
 from kvmem.config_loader import LoadedConfig
+from kvmem.entries import utcnow
 from kvmem.memory.write_outcomes import imported_json, written_json
 
 
@@ -65,13 +66,14 @@ def memory_get(user_id: str, key: str) -> None:
 @click.argument("value")
 def memory_set(user_id: str, key: str, value: str) -> None:
     """Create or replace an entry (VALUE '-' reads standard input)."""
+    began = utcnow()  # a write begun before an erasure answered never lands after it
     loaded = loaded_config()
     user_id = checked_user(user_id)
     if value == "-":
         value = sys.stdin.read()
     store = open_store(loaded)
     with operation():
-        written = store.set(user_id, key, value, "manual")
+        written = store.set(user_id, key, value, "manual", since=began)
         print_json(written_json(written, loaded.config.memory.token_limit))
 
 
@@ -81,11 +83,12 @@ def memory_set(user_id: str, key: str, value: str) -> None:
 @click.argument("key")
 def memory_delete(user_id: str, key: str) -> None:
     """Delete an entry."""
+    began = utcnow()
     loaded = loaded_config()
     user_id = checked_user(user_id)
     store = open_store(loaded)
     with operation():
-        store.delete(user_id, key)
+        store.delete(user_id, key, since=began)
     click.echo(f"deleted {key}")
 
 
@@ -130,6 +133,7 @@ def memory_import(user_id: str, file: str, replace: bool) -> None:
     """Write the entries of a document made by `export` (all or none)."""
     from kvmem.memory.exports import read_document
 
+    began = utcnow()
     loaded = loaded_config()
     user_id = checked_user(user_id)
     try:
@@ -141,7 +145,9 @@ def memory_import(user_id: str, file: str, replace: bool) -> None:
         items = read_document(data)
     store = open_store(loaded)
     with operation():
-        imported = store.import_document(user_id, items, mode="replace" if replace else "merge")
+        imported = store.import_document(
+            user_id, items, mode="replace" if replace else "merge", since=began
+        )
     print_json(imported_json(imported, loaded.config.memory.token_limit))
 
 

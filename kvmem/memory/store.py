@@ -76,7 +76,8 @@ class MemoryStore(MemoryReader):
         agent run made it). `guard` runs just before the commit; if it raises, nothing is
         written (the memory agent uses it so that no write lands after its deadline).
         `since`, when the work making the write began, refuses it with `UserErased` if the
-        user was erased after that (the agent's runs pass it: erasure is final).
+        user was erased after that (every writer passes it: an agent run, a request, a
+        command; erasure is final).
         """
         prepare = self._set_write(user_id, key, value, source, conversation_id, since)
         # A guarded write runs alone, its guard checked right before its own COMMIT.
@@ -98,15 +99,22 @@ class MemoryStore(MemoryReader):
         source: ChangeSource = "manual",
         *,
         conversation_id: str | None = None,
+        since: datetime | None = None,
     ) -> Written:
         """`set` for the event loop: awaits the writer thread (group commit) instead of
         holding a worker thread, or runs `set` in one when there is no writer thread."""
-        prepare = self._set_write(user_id, key, value, source, conversation_id)
+        prepare = self._set_write(user_id, key, value, source, conversation_id, since)
         future = self._group.submit(prepare) if self._group else None
         if future is None:
             return await anyio.to_thread.run_sync(
                 functools.partial(
-                    self.set, user_id, key, value, source, conversation_id=conversation_id
+                    self.set,
+                    user_id,
+                    key,
+                    value,
+                    source,
+                    conversation_id=conversation_id,
+                    since=since,
                 )
             )
         # Shielded: once queued the write is made even if the caller goes away, as a
@@ -333,17 +341,20 @@ class MemoryStore(MemoryReader):
         items: Iterable[tuple[str, str]],
         *,
         mode: ImportMode = "merge",
+        since: datetime | None = None,
     ) -> Imported:
         """Write many entries at once, all or none, with source `import`.
 
         Every entry is checked against every rule, and the resulting total against
         `tokenLimit`, before anything is written; the error names the offending `key` in its
         details. A key twice in one document is refused. `merge` keeps the user's other
-        entries; `replace` deletes them (each delete recorded).
+        entries; `replace` deletes them (each delete recorded). `since` as for `set`.
         """
         counted = count_document(self.rules, self.tokens, items)
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
+            if since is not None:
+                check_not_erased(connection, user_id, since)
             existing = {
                 row.key: row
                 for row in connection.execute(statements.ENTRIES_OF_USER, {"user_id": user_id})
@@ -453,18 +464,34 @@ class MemoryStore(MemoryReader):
             erased = erase_user_rows(session, user_id)
             # Taken last: work that began while the rows were being deleted is fenced too.
             fence_user(session, user_id, utcnow())
+        self._empty_wal(user_id)
+        # A write that began after the fence's time (while the rows were being deleted or
+        # the WAL emptied) may have landed since: it is deleted too, and the fence moved to
+        # now, the last moment before the erasure answers, so that no write begun before
+        # the answer lands after it.
+        with self.database.writing() as session:
+            self.database.lock_user(session, user_id)
+            erased += erase_user_rows(session, user_id)
+            fence_user(session, user_id, utcnow())
+        self._empty_wal(user_id)
+        return erased
+
+    def _empty_wal(self, user_id: str) -> None:
         if not self.database.truncate_wal():
             log.warning(
                 "erased user %s; the WAL could not be emptied now (readers kept it "
                 "busy): the next checkpoint does it",
                 user_id,
             )
-        return erased
 
-    def set_memories_enabled(self, user_id: str, enabled: bool) -> bool:
-        """Turn memory on or off for the user's chats."""
+    def set_memories_enabled(
+        self, user_id: str, enabled: bool, *, since: datetime | None = None
+    ) -> bool:
+        """Turn memory on or off for the user's chats (`since` as for `set`)."""
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
+            if since is not None:
+                check_not_erased(connection, user_id, since)
             connection.execute(statements.SET_ENABLED, {"user_id": user_id, "on": enabled})
         return enabled
 

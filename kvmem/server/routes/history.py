@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from kvmem.entries import utcnow
 from kvmem.errors import BadRequest
 from kvmem.memory.exports import export_document, read_document
 from kvmem.memory.write_outcomes import imported_json, written_json
@@ -81,6 +82,7 @@ async def export_memory(request: Request) -> Response:
 
 
 async def import_memory(request: Request) -> Response:
+    began = utcnow()  # an import begun before an erasure answered never lands after it
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
@@ -88,7 +90,7 @@ async def import_memory(request: Request) -> Response:
     raw = await read_body(request, services.config.server.max_body_bytes)
     items = read_document(parse_json(raw))
     imported = await run_in_threadpool(
-        lambda: services.store.import_document(user, items, mode=mode)
+        lambda: services.store.import_document(user, items, mode=mode, since=began)
     )
     services.metrics.memory_write("import", "set", imported.imported)
     if imported.deleted:
