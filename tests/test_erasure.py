@@ -33,7 +33,14 @@ from kvmem.entries import utcnow
 from kvmem.errors import UserErased
 from kvmem.memory import store as store_module
 from kvmem.memory.store import MemoryStore
-from tests.support.apps import AGENT_MODEL, LiveServer, live_services, set_memory, wait_agents_idle
+from tests.support.apps import (
+    AGENT_MODEL,
+    LiveServer,
+    live_services,
+    set_memory,
+    wait_agents_idle,
+    wait_until,
+)
 from tests.support.upstream import Reply
 
 MakeClient = Callable[..., TestClient]
@@ -355,18 +362,18 @@ def test_a_manual_write_begun_before_delete_me_answered_never_lands_after_it(
             assert write_began.wait(10), "the write did not begin"
             time.sleep(0.05)  # it is now waiting for the user's lock, or has landed
 
-    erase_rows, truncate_wal = store_module.erase_user_rows, store.database.truncate_wal
+    erase_rows, empty_wal = store_module.erase_user_rows, store.database.empty_wal
 
     def held_erase_rows(session: Any, user_id: str) -> Any:
         hold("rows")
         return erase_rows(session, user_id)
 
-    def held_truncate_wal() -> bool:
+    def held_empty_wal() -> bool:
         hold("between")
-        return truncate_wal()
+        return empty_wal()
 
     monkeypatch.setattr(store_module, "erase_user_rows", held_erase_rows)
-    monkeypatch.setattr(store.database, "truncate_wal", held_truncate_wal)
+    monkeypatch.setattr(store.database, "empty_wal", held_empty_wal)
     set_entry = store.set
 
     def noted_set(*args: Any, **kwargs: Any) -> Any:
@@ -398,3 +405,27 @@ def _async_noted(set_async: Any, began: threading.Event) -> Any:
         return await set_async(*args, **kwargs)
 
     return noted
+
+
+@pytest.mark.sqlite_only  # the files of one SQLite database
+def test_the_erased_text_leaves_the_wal_once_a_reader_lets_go_and_healthz_says_so_until(
+    make_client: MakeClient, database_url: str
+) -> None:
+    """A reader holding an old snapshot keeps the erasure's checkpoint from emptying the WAL:
+    the checkpoint is retried until it does, and /healthz says so until then."""
+    secret = "Quagga-lantern-5521"
+    client = make_client(memory={"agent": None})
+    path = Path(database_url.removeprefix("sqlite:///"))
+    wal = path.with_name("kvmem.db-wal")
+    assert client.put("/memory/secret", json={"value": f"my code is {secret}"}).status_code == 201
+    assert "wal" not in client.get("/healthz").json()
+    with closing(sqlite3.connect(path, isolation_level=None)) as reader:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM memory_entries").fetchone()  # holds its snapshot
+        assert client.delete("/me").status_code == 200
+        assert secret.encode() in wal.read_bytes()  # the reader still needs those frames
+        assert client.get("/healthz").json()["wal"] == "erased text pending checkpoint"
+        reader.execute("ROLLBACK")
+    wait_until(lambda: "wal" not in client.get("/healthz").json(), 10, "the WAL emptied")
+    assert not wal.exists() or secret.encode() not in wal.read_bytes()
+    assert secret.encode() not in path.read_bytes()

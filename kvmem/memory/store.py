@@ -477,10 +477,10 @@ class MemoryStore(MemoryReader):
         return erased
 
     def _empty_wal(self, user_id: str) -> None:
-        if not self.database.truncate_wal():
+        if not self.database.empty_wal():
             log.warning(
                 "erased user %s; the WAL could not be emptied now (readers kept it "
-                "busy): the next checkpoint does it",
+                "busy): its checkpoint is retried until it is (see /healthz)",
                 user_id,
             )
 
