@@ -35,6 +35,9 @@ _MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 def may_hold_surrogates(raw: bytes) -> bool:
     """Whether an answer's (or an event's) raw JSON may decode to a surrogate; False means
     it cannot, so its parsed form need not be walked."""
+    # Three substring scans (memchr-fast) first: the regex costs ~2 us on a typical chunk.
+    if b"\\ud" not in raw and b"\\uD" not in raw and b"\xed" not in raw:
+        return False
     return _MAYBE_SURROGATE.search(raw) is not None
 
 
