@@ -101,6 +101,12 @@ class Metrics:
             ["code"],
             registry=registry,
         )
+        self.upstream_surrogates = Counter(
+            "kvmem_upstream_lone_surrogates",
+            "Lone UTF-16 surrogates in model answers, replaced with U+FFFD, by kind of call.",
+            ["kind"],
+            registry=registry,
+        )
         self.agent_in_flight = Gauge(
             "kvmem_agent_runs_in_flight",
             "Memory agent runs working now.",
@@ -132,6 +138,10 @@ class Metrics:
     def upstream_call(self, kind: str, seconds: float) -> None:
         """Note one model call of `kind` (`main` or `agent`) that took `seconds`."""
         self.upstream_duration.labels(kind=kind).observe(seconds)
+
+    def lone_surrogates(self, kind: str, count: int) -> None:
+        """Note `count` lone surrogates replaced in an answer to a call of `kind`."""
+        self.upstream_surrogates.labels(kind=kind).inc(count)
 
     def memory_write(self, source: str, op: str, count: int = 1) -> None:
         """Note `count` memory writes (`op`: set, delete, clear, import) from `source`."""

@@ -720,6 +720,20 @@ def test_nan_infinity_and_integers_outside_64_bits_are_400_on_every_route(
     nothing_changed(client, upstream)
 
 
+@pytest.mark.parametrize("number", [-(2**63), 2**63 - 1])
+def test_both_ends_of_the_64_bit_range_are_accepted_and_passed_on(
+    make_client: MakeClient, chat_sections: Any, upstream: Any, number: int
+) -> None:
+    client = make_client(**chat_sections(memory={"agent": None}))
+    body = (
+        b'{"model": "openai/main-model", "seed": %d, '
+        b'"messages": [{"role": "user", "content": "hi"}]}' % number
+    )
+    response = client.post("/v1/chat/completions", content=body)
+    assert response.status_code == 200, response.text
+    assert upstream.received(MAIN_MODEL)[0].body["seed"] == number
+
+
 def test_mcp_refuses_nan_before_its_transport_parses_the_body(
     make_client: MakeClient, chat_sections: Any, upstream: Any
 ) -> None:

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
@@ -26,8 +29,18 @@ from kvmem.db.tables import (
     User,
     UserErasure,
 )
+from kvmem.entries import utcnow
+from kvmem.errors import UserErased
+from kvmem.memory import store as store_module
 from kvmem.memory.store import MemoryStore
-from tests.support.apps import AGENT_MODEL, set_memory, wait_agents_idle
+from tests.support.apps import (
+    AGENT_MODEL,
+    LiveServer,
+    live_services,
+    set_memory,
+    wait_agents_idle,
+    wait_until,
+)
 from tests.support.upstream import Reply
 
 MakeClient = Callable[..., TestClient]
@@ -263,3 +276,158 @@ def test_inline_markers_of_a_turn_in_flight_during_the_erasure_write_nothing(
         "reason": INLINE_REASON,
         "last_error": None,
     }
+
+
+# --- the fences, store by store (each of these was a mutant no test caught) -----------------
+
+
+def test_a_delete_begun_before_the_erasure_spares_the_key_recreated_after(
+    make_store: Callable[..., MemoryStore],
+) -> None:
+    """A run in flight during an erasure deletes `city`; the person, back after the erasure,
+    set `city` again: the run's delete must be refused, not remove the new entry."""
+    store = make_store()
+    store.set("alice", "city", "Rome")
+    began = utcnow()
+    store.erase_user("alice")
+    store.set("alice", "city", "Oslo")
+    with pytest.raises(UserErased):
+        store.delete("alice", "city", "agent", since=began)
+    assert [(e.key, e.value) for e in store.snapshot("alice").entries] == [("city", "Oslo")]
+
+
+def test_erasing_one_user_keeps_every_other_users_fresh_fence(
+    make_store: Callable[..., MemoryStore],
+) -> None:
+    store = make_store()
+    began = utcnow()
+    store.erase_user("alice")
+    store.erase_user("bob")  # drops only fences older than FENCE_KEPT
+    for user_id in ("alice", "bob"):
+        with pytest.raises(UserErased):
+            store.set(user_id, "city", "Rome", "agent", since=began)
+    assert store.snapshot("alice").entries == ()
+
+
+def test_a_user_erased_and_back_at_the_same_version_is_not_served_the_erased_entries(
+    make_store: Callable[..., MemoryStore],
+) -> None:
+    """The snapshot cache is keyed by the user row's memory version and creation time: a
+    user erased and seen again starts at version 0 anew."""
+    store = make_store()
+    store.set("alice", "city", "Rome")
+    assert [e.key for e in store.snapshot("alice").entries] == ["city"]  # now cached
+    store.erase_user("alice")
+    store.set("alice", "name", "Ada")  # the same version as the cached read
+    assert [(e.key, e.value) for e in store.snapshot("alice").entries] == [("name", "Ada")]
+
+
+# --- manual writes racing DELETE /me -----------------------------------------------------------
+
+RACE_ROUNDS = 20
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def mcp_set(http: httpx.Client, value: str) -> tuple[bool, str]:
+    """memory_set over MCP: (whether it was refused, the tool's text)."""
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "memory_set", "arguments": {"key": "late", "value": value}},
+    }
+    result = http.post("/mcp", json=call, headers=MCP_HEADERS).json()["result"]
+    return bool(result.get("isError")), result["content"][0]["text"]
+
+
+def rest_set(http: httpx.Client, value: str) -> tuple[bool, str]:
+    response = http.put("/memory/late", json={"value": value})
+    return response.status_code != 201, response.text
+
+
+@pytest.mark.parametrize("path", ["mcp", "rest"])
+def test_a_manual_write_begun_before_delete_me_answered_never_lands_after_it(
+    make_server: Callable[..., LiveServer], monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Each round the erasure is held until a manual write has begun: in odd rounds inside
+    its transaction, holding the user's lock (the write waits for it), in even ones after it
+    (the write lands, and the erasure's second pass deletes it). The write began before
+    DELETE /me answered: once both have answered, nothing of the user is left."""
+    server = make_server()
+    store = live_services(server).store
+    erasing, write_began = threading.Event(), threading.Event()
+    hold_at = "rows"
+
+    def hold(point: str) -> None:
+        if point == hold_at and not erasing.is_set():
+            erasing.set()
+            assert write_began.wait(10), "the write did not begin"
+            time.sleep(0.05)  # it is now waiting for the user's lock, or has landed
+
+    erase_rows, empty_wal = store_module.erase_user_rows, store.database.empty_wal
+
+    def held_erase_rows(session: Any, user_id: str) -> Any:
+        hold("rows")
+        return erase_rows(session, user_id)
+
+    def held_empty_wal() -> bool:
+        hold("between")
+        return empty_wal()
+
+    monkeypatch.setattr(store_module, "erase_user_rows", held_erase_rows)
+    monkeypatch.setattr(store.database, "empty_wal", held_empty_wal)
+    set_entry = store.set
+
+    def noted_set(*args: Any, **kwargs: Any) -> Any:
+        write_began.set()
+        return set_entry(*args, **kwargs)
+
+    monkeypatch.setattr(store, "set", noted_set)
+    monkeypatch.setattr(store, "set_async", _async_noted(store.set_async, write_began))
+    write = mcp_set if path == "mcp" else rest_set
+    with httpx.Client(base_url=server.url, timeout=30) as http, ThreadPoolExecutor(2) as pool:
+        for round_number in range(RACE_ROUNDS):
+            hold_at = "rows" if round_number % 2 else "between"
+            assert http.put("/memory/city", json={"value": "Rome"}).status_code == 201
+            erasing.clear()
+            write_began.clear()
+            erased = pool.submit(http.delete, "/me")
+            assert erasing.wait(10)
+            written = pool.submit(write, http, f"round {round_number}")
+            assert erased.result().status_code == 200
+            refused, text = written.result()
+            assert http.get("/memory").json()["memories"] == [], (round_number, text)
+            if hold_at == "rows":  # it waited for the erasure's lock: refused
+                assert refused and "erased" in text, (round_number, text)
+
+
+def _async_noted(set_async: Any, began: threading.Event) -> Any:
+    async def noted(*args: Any, **kwargs: Any) -> Any:
+        began.set()
+        return await set_async(*args, **kwargs)
+
+    return noted
+
+
+@pytest.mark.sqlite_only  # the files of one SQLite database
+def test_the_erased_text_leaves_the_wal_once_a_reader_lets_go_and_healthz_says_so_until(
+    make_client: MakeClient, database_url: str
+) -> None:
+    """A reader holding an old snapshot keeps the erasure's checkpoint from emptying the WAL:
+    the checkpoint is retried until it does, and /healthz says so until then."""
+    secret = "Quagga-lantern-5521"
+    client = make_client(memory={"agent": None})
+    path = Path(database_url.removeprefix("sqlite:///"))
+    wal = path.with_name("kvmem.db-wal")
+    assert client.put("/memory/secret", json={"value": f"my code is {secret}"}).status_code == 201
+    assert "wal" not in client.get("/healthz").json()
+    with closing(sqlite3.connect(path, isolation_level=None)) as reader:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM memory_entries").fetchone()  # holds its snapshot
+        assert client.delete("/me").status_code == 200
+        assert secret.encode() in wal.read_bytes()  # the reader still needs those frames
+        assert client.get("/healthz").json()["wal"] == "erased text pending checkpoint"
+        reader.execute("ROLLBACK")
+    wait_until(lambda: "wal" not in client.get("/healthz").json(), 10, "the WAL emptied")
+    assert not wal.exists() or secret.encode() not in wal.read_bytes()
+    assert secret.encode() not in path.read_bytes()

@@ -684,6 +684,51 @@ def test_a_bad_suite_file_exits_2_naming_the_file_line_scenario_and_field(
     )
 
 
+def deep(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+@pytest.mark.parametrize(
+    ("lines", "problem"),
+    [
+        # Python's parser recursed once per level: a RecursionError traceback, exit 1.
+        ([json.dumps(CHAT), deep(100_000)], ", line 2: nested deeper than 32 levels"),
+        (
+            [json.dumps({**CHAT, "note": deep(33)}), deep(33)],
+            ", line 2: nested deeper than 32 levels",
+        ),
+        (["", " " * (1024 * 1024 + 1)], ", line 2: the line is over 1048576 bytes"),
+        # 17 lines of a mebibyte each (blank lines, skipped): the file, not a line, is too big.
+        ([" " * (1024 * 1024 - 1)] * 17, ", line 17: the suite file is over 16777216 bytes"),
+        (
+            [json.dumps({**CHAT, "id": f"s{i}"}) for i in range(10_001)],
+            ", line 10001: a suite holds at most 10000 scenarios",
+        ),
+    ],
+)
+def test_a_json_lines_suite_is_bounded_line_by_line(
+    folder: Path, lines: list[str], problem: str
+) -> None:
+    path = folder / "big.jsonl"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    shown = kvmem(folder, "eval", "--suite", str(path))
+    assert (shown.exit_code, shown.stdout, shown.stderr) == (2, "", f"kvmem: {path}{problem}\n")
+
+
+def test_a_suite_that_never_ends_is_refused_at_the_size_bound(folder: Path) -> None:
+    for suite in (Path("/dev/zero"), folder / "zero.jsonl"):
+        if suite.suffix == ".jsonl":
+            suite.symlink_to("/dev/zero")
+        shown = kvmem(folder, "eval", "--suite", str(suite))
+        over = "line 1: the line is over 1048576 bytes" if suite.suffix else None
+        expected = (
+            f"kvmem: {suite}, {over}\n"
+            if over
+            else (f"kvmem: {suite}: the suite file is over 16777216 bytes\n")
+        )
+        assert (shown.exit_code, shown.stdout, shown.stderr) == (2, "", expected)
+
+
 def said(text: str) -> list[dict[str, str]]:
     """A chat of one user message."""
     return [{"role": "user", "content": text}]
@@ -715,6 +760,9 @@ def test_gate_reports_recall_on_memory_requests_and_skip_rate_on_chit_chat(
         "missed_requests": ["mentions"],
         "chit_chat_let_through": ["phrase", "question"],
     }
+    # A recall of 50 % is not under --min-pass 50 %: exit 0.
+    at_the_bound = kvmem(folder, "eval", "--gate", "--suite", suite, "--min-pass", "50%")
+    assert (at_the_bound.exit_code, at_the_bound.stderr) == (0, "")
     text = kvmem(folder, "eval", "--gate", "--suite", suite, "--min-pass", "0.6")
     assert (text.exit_code, text.stdout) == (
         1,

@@ -283,11 +283,14 @@ def test_a_run_in_flight_is_drained_at_shutdown(
         ({"agent": {"enabled": False}}, None, "disabled"),
         ({}, "opt out", "skipped"),
         ({}, "only system", "skipped"),
+        ({"agent": {"trigger": "intent"}}, "small talk", "gated"),
     ],
 )
 def test_no_run_means_no_model_call(upstream, chat_sections, make_client, sections, prepare, state):
     client = make_client(**chat_sections(**sections))
     messages = [user("remember that I like tea")]
+    if prepare == "small talk":
+        messages = [user("hello, how are you today?")]
     if prepare == "opt out":
         assert client.patch("/preferences", json={"memories": False}).status_code == 200
     if prepare == "only system":
@@ -297,6 +300,11 @@ def test_no_run_means_no_model_call(upstream, chat_sections, make_client, sectio
         assert (response.status_code, response.json()) == (200, {"agent": state, "updates": []})
     assert upstream.requests == []
     assert services(client).agent.in_flight == 0
+    # Counted under their state, as a chat turn's are.
+    counted = [
+        line for line in client.get("/metrics").text.splitlines() if "agent_runs_total{" in line
+    ]
+    assert counted == [f'kvmem_agent_runs_total{{state="{state}"}} 2.0']
 
 
 ROLES = "'system', 'developer', 'user', 'assistant', 'tool' or 'function'"

@@ -368,3 +368,27 @@ def test_an_oversized_head_is_refused_in_the_error_shape_of_its_path(
     ]
     assert closed
     assert entries(server) == []
+
+
+def test_an_oversized_head_is_refused_while_it_is_still_arriving(make_server: MakeServer) -> None:
+    """A head past `max_header_bytes` is refused as the bytes come, not once it ends: the
+    client here never ends its head (no blank line), yet is answered 431 and closed at once,
+    long before the head timeout; nothing more than the bound is held meanwhile."""
+    server = make_server(server={"max_header_bytes": HEAD_LIMIT, "header_timeout_seconds": 30})
+    unfinished = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: {'a' * 4 * HEAD_LIMIT}"
+    answer, closed, took = converse(server.port, unfinished.encode(), wait=5)
+    assert answers(answer) == [
+        (
+            "HTTP/1.1 431 Request Header Fields Too Large",
+            {
+                "content-type": "application/json",
+                "x-content-type-options": "nosniff",
+                "content-length": str(
+                    len(json.dumps(error("headers_too_large", HEAD_OVER), separators=(",", ":")))
+                ),
+                "connection": "close",
+            },
+            error("headers_too_large", HEAD_OVER),
+        )
+    ]
+    assert closed and took < 5

@@ -135,6 +135,18 @@ def test_a_candidate_longer_than_the_limit_is_released_as_text() -> None:
     assert markers_.markers == [Marker("set", "k", "x" * 16)]
 
 
+def test_the_limit_fits_the_longest_key_and_a_value_of_char_limit_characters() -> None:
+    """`marker_limit(charLimit)` must leave room for the opener, a 128-character key (the
+    longest a key may be), " = " and a value as long as `charLimit` allows, spaced loosely."""
+    key, value = "k" * 128, "v" * 200
+    for spaced in (f"[MEMORY: {key} = {value}]", f"[MEMORY:  {key}  =  {value}  ]"):
+        markers_ = MarkerFilter(marker_limit(200))
+        shown = "".join(markers_.feed(spaced[i : i + 7]) for i in range(0, len(spaced), 7))
+        assert (shown + markers_.finish(), markers_.markers) == ("", [Marker("set", key, value)])
+    forget = f"[FORGET:  {key}  ]"
+    assert strip_markers(forget, marker_limit(0)) == ("", [Marker("delete", key)], False)
+
+
 def test_a_marker_cut_off_at_the_end_is_dropped_and_not_collected() -> None:
     assert strip_markers("Sure.\n\n[MEMORY: name = Bo", LIMIT) == ("Sure.", [], True)
     assert strip_markers("Cut at [MEM", LIMIT) == ("Cut at [MEM", [], False)

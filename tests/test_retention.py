@@ -3,17 +3,23 @@ request's write never waits behind the whole sweep, on both backends."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
+import pytest
 from sqlalchemy import func, insert, select
 from starlette.testclient import TestClient
 
 from kvmem.db.engine import Database
 from kvmem.db.tables import MemoryChange, User
 from kvmem.entries import utcnow
-from kvmem.memory.retention import prune_expired_history
+from kvmem.memory.retention import prune_expired_batch, prune_expired_history, sweep_once
 from kvmem.memory.store import MemoryStore
 from tests.support.apps import wait_until
 
@@ -83,3 +89,81 @@ def test_a_write_from_another_thread_lands_between_the_batches_of_prune_expired_
     assert left > 1  # answered before the sweep's last batch
     assert swept == [EXPIRED]
     assert stored_changes(database) == 1  # the write's own change stays
+
+
+BATCH_SECONDS = 0.2  # each slowed batch holds the writer this long
+
+
+def slow_batches(store: MemoryStore) -> list[tuple[float, float]]:
+    """Make each of the sweep's batches hold the writer `BATCH_SECONDS`; the (start, end)
+    of each batch, as `time.monotonic()`, are appended to the list returned."""
+    prune_all = store.history_log.prune_all
+    batches: list[tuple[float, float]] = []
+
+    def slow(session: Any, batch: int) -> int:
+        started = time.monotonic()
+        time.sleep(BATCH_SECONDS)
+        deleted = prune_all(session, batch)
+        batches.append((started, time.monotonic()))
+        return deleted
+
+    store.history_log.prune_all = slow  # type: ignore[method-assign]
+    return batches
+
+
+def test_the_sweep_rests_as_long_as_each_batch_took(
+    make_store: Callable[..., MemoryStore], database: Database
+) -> None:
+    """Between two batches the writer is left free at least as long as the batch held it,
+    so a write arriving during a long sweep finds it free half the time (a sweep that only
+    yields, `sleep(0)`, holds it all the time)."""
+    store = make_store(history={"keep_days": 30})
+    plant_expired(database, 40)
+    batches = slow_batches(store)
+    assert asyncio.run(sweep_once(store, batch=10)) == 40
+    assert len(batches) == 5
+    for (started, ended), (next_started, _) in itertools.pairwise(batches):
+        assert next_started - ended >= ended - started
+
+
+@pytest.mark.sqlite_only  # the in-process writer turn is SQLite's
+def test_a_write_waiting_with_the_sweep_goes_before_its_next_batch(
+    make_store: Callable[..., MemoryStore], database: Database
+) -> None:
+    """A request's write (W1) holds the writer; a sweep batch and another write (W2) come to
+    wait for it. When W1 ends, W2 must go first, and not wait a whole batch: the sweep's
+    transactions are `background` ones."""
+    store = make_store(history={"keep_days": 30})
+    plant_expired(database, 50)
+    batches = slow_batches(store)
+    writers = database._writers
+    assert writers is not None
+    for round_number in range(5):
+        release, holding = threading.Event(), threading.Event()
+        with ThreadPoolExecutor(3) as pool:
+            w1 = pool.submit(hold_the_writer, database, holding, release)
+            assert holding.wait(10)
+            sweep = pool.submit(prune_expired_batch, store, 10)
+            time.sleep(0.1)  # the batch comes to the writer's lock first
+            w2 = pool.submit(timed_write, store, f"tea {round_number}")
+            wait_until(lambda: writers.waiting == 1, 10, "the second write waiting")
+            released = time.monotonic()
+            release.set()
+            w1.result()
+            w2_done = w2.result(timeout=10)
+            assert sweep.result(timeout=10) == 10
+        batch_started = batches[-1][0]
+        assert w2_done < batch_started, f"round {round_number}: the write waited for the batch"
+        assert w2_done - released < BATCH_SECONDS
+
+
+def hold_the_writer(database: Database, holding: threading.Event, release: threading.Event) -> None:
+    with database.writing():
+        holding.set()
+        assert release.wait(10)
+
+
+def timed_write(store: MemoryStore, value: str) -> float:
+    """Write; when it was done (`time.monotonic()`)."""
+    store.set("writer", "likes", value)
+    return time.monotonic()

@@ -5,6 +5,7 @@ at most the runs one user may have in flight."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -13,7 +14,15 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from tests.support.apps import AGENT_MODEL, LiveServer, live_services, wait_agents_idle, wait_until
+from kvmem.errors import StoreUnavailable
+from tests.support.apps import (
+    AGENT_MODEL,
+    LiveServer,
+    live_services,
+    services,
+    wait_agents_idle,
+    wait_until,
+)
 from tests.support.upstream import Reply
 
 # Fifty concurrent agent runs.
@@ -123,3 +132,84 @@ def test_fifty_concurrent_runs_of_one_user_overshoot_the_budget_by_at_most_two_r
     used = totals["input_tokens"] + totals["output_tokens"]
     assert 40 <= used <= 40 + 2 * 15
     assert len(upstream.received(AGENT_MODEL)) == used // 15
+
+
+def test_turns_that_end_up_not_running_the_agent_give_their_slot_back(
+    make_client: MakeClient, chat_sections: Any, upstream: Any
+) -> None:
+    """A turn takes its slot before it reads the store; when the read says the agent does not
+    run (the user switched memory off, is over budget, or the store failed) the slot must
+    come back at once. With one slot in the process, a slot kept would make the next turn
+    of anyone `busy` until a restart."""
+    client = make_client(
+        **chat_sections(auth=KEYS_AUTH, agent={"max_concurrent_runs": 1, "daily_token_budget": 15})
+    )
+    memory = services(client).memory
+    upstream.default(AGENT_MODEL, Reply(content="nothing"))
+
+    def turn(user_id: str) -> str:
+        response = client.post("/chat", json={"message": "hi"}, headers=as_user(user_id))
+        assert response.status_code == 200, response.text
+        wait_agents_idle(client)
+        state = response.json()["memory"]["agent"]
+        return "ran" if state in ("running", "done") else state  # (the reply does not wait)
+
+    # Off: alice's memory switched off in her preferences.
+    off = client.patch("/preferences", json={"memories": False}, headers=as_user("alice"))
+    assert off.status_code == 200, off.text
+    assert [turn("alice"), turn("alice"), turn("bob")] == ["skipped", "skipped", "ran"]
+    # Over budget: carol's first run spends her 15 tokens.
+    assert [turn("carol"), turn("carol"), turn("carol"), turn("dave")] == [
+        "ran",
+        "over_budget",
+        "over_budget",
+        "ran",
+    ]
+    # The store failed for erin's read.
+    read_turn = memory._read_turn
+
+    def failing(user_id: str) -> Any:
+        if user_id == "erin":
+            raise StoreUnavailable("the memory store is unavailable: disk full")
+        return read_turn(user_id)
+
+    memory._read_turn = failing  # type: ignore[method-assign]
+    assert [turn("erin"), turn("erin"), turn("frank")] == ["failed", "failed", "ran"]
+    assert len(upstream.received(AGENT_MODEL)) == 4
+
+
+def test_a_run_reads_the_budget_only_while_holding_its_slot(
+    make_server: Callable[..., LiveServer], chat_sections: Any, upstream: Any
+) -> None:
+    """B reads the budget while A runs (A's tokens not counted yet), and its read is held
+    until A has ended and been recorded. B must have asked for its slot before reading: it
+    is then `busy` (429). A slot taken after the read finds A's free, and B runs on a
+    budget A has since spent."""
+    server = make_server(**chat_sections(agent={"max_runs_per_user": 1, "daily_token_budget": 15}))
+    upstream.default(AGENT_MODEL, Reply(content="nothing", delay=0.5))
+    services = live_services(server)
+    read_turn = services.memory._read_turn
+    reads = 0
+    release = threading.Event()
+
+    def held_second_read(user_id: str) -> Any:
+        nonlocal reads
+        reads += 1
+        read = read_turn(user_id)
+        if reads == 2:  # B's: read while A runs, handed back once A has ended
+            assert release.wait(10)
+        return read
+
+    services.memory._read_turn = held_second_read  # type: ignore[method-assign]
+    with httpx.Client(base_url=server.url, timeout=30) as http, ThreadPoolExecutor(1) as pool:
+        first = http.post("/memory/agent", json=agent_body("I live in Rome", wait=False))
+        assert (first.status_code, first.json()) == (202, {"agent": "running"})
+        upstream.wait_for(AGENT_MODEL)
+        second = pool.submit(http.post, "/memory/agent", json=agent_body("I live in Oslo"))
+        wait_until(lambda: reads == 2, what="B's budget read")
+        agent = services.agent
+        wait_until(lambda: agent.in_flight == 0 and agent.recording == 0, what="A recorded")
+        release.set()
+        answer = second.result()
+    assert (answer.status_code, answer.json()) == (429, too_many_runs(1, 64))
+    assert len(upstream.received(AGENT_MODEL)) == 1

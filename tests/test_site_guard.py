@@ -181,6 +181,48 @@ def test_keys_mode_answers_any_host_unless_told_otherwise(make_client: MakeClien
     )
 
 
+def raw_exchange(port: int, request: bytes) -> tuple[int, Any]:
+    """Send `request` as written on a fresh connection; the answer's status and JSON body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(request)
+        received = b""
+        while chunk := connection.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(body)
+
+
+TWO_HOSTS = {
+    "error": {
+        "code": "bad_request",
+        "message": "the request has 2 Host headers; HTTP/1.1 allows exactly one",
+    }
+}
+
+
+@pytest.mark.parametrize("mode", ["local", "keys"])
+def test_two_host_headers_are_refused_before_any_route(
+    make_server: Callable[..., LiveServer], mode: str
+) -> None:
+    """RFC 9112 section 3.2: a proxy routing on the other Host than the one kvmem checked
+    would disagree with the check, so two are a 400 in kvmem's shape, even when any name is
+    allowed, and nothing runs (the write is not made)."""
+    server = make_server(auth=KEYS_MODE if mode == "keys" else {"mode": "local"})
+    auth = "".join(f"{name}: {value}\r\n" for name, value in AS_SERVICE.items())
+    own = f"127.0.0.1:{server.port}"
+    for first, second in ((own, "evil.example"), ("evil.example", own), (own, own)):
+        request = (
+            f"PUT /memory/city HTTP/1.1\r\nHost: {first}\r\nHost: {second}\r\n"
+            f"{auth if mode == 'keys' else ''}Content-Type: application/json\r\n"
+            f'Content-Length: 17\r\nConnection: close\r\n\r\n{{"value": "Rome"}}'
+        ).encode()
+        assert raw_exchange(server.port, request) == (400, TWO_HOSTS), (first, second)
+    headers = AS_SERVICE if mode == "keys" else {}
+    with httpx.Client(base_url=server.url, timeout=20, headers=headers) as http:
+        assert http.get("/memory").json()["memories"] == []
+        assert http.put("/memory/city", json={"value": "Rome"}).status_code == 201
+
+
 def test_allowed_hosts_star_allows_any_name_in_local_mode(make_client: MakeClient) -> None:
     client = make_client(server={"allowed_hosts": ["*"]})
     assert client.get("/memory", headers={"Host": "my-laptop.lan"}).status_code == 200

@@ -21,6 +21,7 @@ from kvmem.db.engine import Database
 from kvmem.db.tables import AgentRunRecord
 from kvmem.entries import utcnow
 from kvmem.errors import StoreUnavailable
+from kvmem.memory.store import MemoryStore
 from tests.support.apps import (
     AGENT_MODEL,
     services,
@@ -522,3 +523,22 @@ def test_the_budget_counts_a_batch_that_lands_between_its_two_reads() -> None:
     ledger._records._writing = Writing([record])
     assert ledger.tokens_today("ada") >= 15
     assert landed["done"]
+
+
+def test_a_fenced_record_is_dropped_and_the_rest_of_its_batch_written(
+    database: Database, make_store: Callable[..., MemoryStore]
+) -> None:
+    """A batch holding the record of a run that began before its user's erasure is written
+    again without it: the other users' records in the batch must not be lost (their budget
+    would be undercounted)."""
+    began = utcnow()
+    make_store().erase_user("alice")
+    UsageStore(database).record(
+        past_run("bob", began, (3, 1)),
+        past_run("alice", began, (5, 2)),
+        past_run("carol", began, (7, 3)),
+    )
+    assert [(r["user_id"], r["input_tokens"]) for r in records(database)] == [
+        ("bob", 3),
+        ("carol", 7),
+    ]

@@ -257,7 +257,7 @@ class MemoryService:
             newest_message=newest,
         )
         if state is not None:
-            return AgentRun.finished(state)
+            return self.agent.not_run(state, user_id, conversation_id)  # counted, as a turn's
         slot = self.agent.reserve(user_id)
         try:
             snapshot, _, _, over_budget, review = await run_in_threadpool(self._read_turn, user_id)

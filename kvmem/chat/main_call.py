@@ -9,9 +9,9 @@ turns its request into messages and the model's chunks into its own reply shape 
 and says how an error looks once a stream has started (`kvmem.errors.error_body`).
 
 Under `placement: inline` the call also cuts the memory markers out of the model's reply
-(kvmem/agent/markers.py) before any route sees it, whole or streamed: a streamed chunk's
-`choices[0].delta.content` is rewritten to the text a client may see. When the call ends the
-markers the reply closed go to `MemoryService.apply_markers`.
+(kvmem/agent/reply_markers.py) before any route sees it, whole or streamed: each choice's
+`message.content` or `delta.content` is rewritten to the text a client may see. When the
+call ends the markers choice 0 closed go to `MemoryService.apply_markers`.
 
 It knows nothing of HTTP: a `MainStream` is the body iterator a streamed response sends, and
 closing it (started or not) ends the call.
@@ -24,8 +24,9 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
-from kvmem.agent.markers import MarkerFilter, marker_limit
+from kvmem.agent.markers import marker_limit
 from kvmem.agent.prompts import ChatLine, with_memory
+from kvmem.agent.reply_markers import ReplyMarkers
 from kvmem.agent.turn_memory import MemoryService, TurnMemory
 from kvmem.chat.retrieved_context import persons_words
 from kvmem.errors import KvmemError
@@ -63,7 +64,7 @@ class MainCall:
         self._chunks: AsyncIterator[Chunk] | None = None
         self._ended = False
         self._markers = (
-            MarkerFilter(marker_limit(memory_service.config.memory.char_limit))
+            ReplyMarkers(marker_limit(memory_service.config.memory.char_limit))
             if memory.inline
             else None
         )
@@ -114,7 +115,7 @@ class MainCall:
                 self._target, self.messages, self._user_id, **self._params
             )
             if self._markers is not None:
-                _strip_whole(response, self._markers)
+                self._markers.strip_whole(response)
             return response
         finally:
             self.end()
@@ -136,7 +137,7 @@ class MainCall:
         """
         chunks = self._client.stream(self._target, self.messages, self._user_id, **self._params)
         if self._markers is not None:
-            chunks = _strip_streamed(chunks, self._markers)
+            chunks = self._markers.strip_streamed(chunks)
         self._chunks = chunks
         held: list[Chunk] = []
         try:
@@ -226,54 +227,6 @@ class MainStream:
             yield self._on_error(exc)
         finally:
             await rendered.aclose()
-
-
-def _first_choice(answer: Any, field: str) -> dict[str, Any] | None:
-    """The first choice's `field` (`message` or `delta`) when the answer has the shape that
-    holds one, else None: an answer of another shape is left as it is, for the route to
-    judge (`kvmem.upstream.completion_shapes`), never a 500 here."""
-    choices = answer.get("choices") if isinstance(answer, dict) else None
-    choice = choices[0] if isinstance(choices, list) and choices else None
-    inner = choice.get(field) if isinstance(choice, dict) else None
-    return inner if isinstance(inner, dict) else None
-
-
-def _strip_whole(response: dict[str, Any], markers: MarkerFilter) -> None:
-    """Cut the markers out of a whole answer's first choice (in place)."""
-    message = _first_choice(response, "message")
-    if message is not None and isinstance(message.get("content"), str):
-        message["content"] = markers.feed(message["content"]) + markers.finish()
-
-
-async def _strip_streamed(
-    chunks: AsyncIterator[Chunk], markers: MarkerFilter
-) -> AsyncGenerator[Chunk, None]:
-    """The chunks with the markers cut out of their first choice's `delta.content` (in
-    place); what the filter still holds goes out with the chunk that carries the
-    `finish_reason`, or in one more chunk if the stream ends without one."""
-    last: Chunk | None = None
-    try:
-        async for chunk in chunks:
-            delta = _first_choice(chunk, "delta")
-            if delta is not None:
-                choices = chunk["choices"]
-                content = delta.get("content")
-                text = markers.feed(content) if isinstance(content, str) else ""
-                if choices[0].get("finish_reason") is not None:
-                    text += markers.finish()
-                if isinstance(content, str) or text:
-                    delta["content"] = text
-                last = chunk
-            yield chunk
-        rest = markers.finish()  # the stream ended without a finish_reason, or went on after it
-        if rest and last is not None:
-            choice = last["choices"][0]
-            yield {
-                **last,
-                "choices": [{**choice, "delta": {"content": rest}, "finish_reason": None}],
-            }
-    finally:
-        await chunks.aclose()  # type: ignore[attr-defined]
 
 
 def message_text(content: Any) -> str:

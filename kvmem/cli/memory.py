@@ -23,6 +23,7 @@ from kvmem.cli.command import (
 )
 from kvmem.cli.output import json_option, show
 from kvmem.config_loader import LoadedConfig
+from kvmem.entries import utcnow
 from kvmem.memory.write_outcomes import imported_json, written_json
 
 
@@ -76,6 +77,7 @@ def memory_set(
     --expires-at or --expires-in says when."""
     from kvmem.memory.expiry import expiry_of
 
+    began = utcnow()  # a write begun before an erasure answered never lands after it
     loaded = loaded_config()
     user_id = checked_user(user_id)
     if value == "-":
@@ -83,7 +85,7 @@ def memory_set(
     store = open_store(loaded)
     with operation():
         expiry = expiry_of(expires_at, expires_in, store.clock())
-        written = store.set(user_id, key, value, "manual", expires_at=expiry)
+        written = store.set(user_id, key, value, "manual", since=began, expires_at=expiry)
         show(written_json(written, loaded.config.memory.token_limit), views.written)
 
 
@@ -93,11 +95,12 @@ def memory_set(
 @click.argument("key")
 def memory_delete(user_id: str, key: str) -> None:
     """Delete an entry."""
+    began = utcnow()
     loaded = loaded_config()
     user_id = checked_user(user_id)
     store = open_store(loaded)
     with operation():
-        store.delete(user_id, key)
+        store.delete(user_id, key, since=began)
     click.echo(f"deleted {key}")
 
 
@@ -144,6 +147,7 @@ def memory_import(user_id: str, file: str, replace: bool) -> None:
     """Write the entries of a document made by `export` (all or none)."""
     from kvmem.memory.exports import read_document, read_expiries
 
+    began = utcnow()
     loaded = loaded_config()
     user_id = checked_user(user_id)
     try:
@@ -156,7 +160,9 @@ def memory_import(user_id: str, file: str, replace: bool) -> None:
     store = open_store(loaded)
     with operation():
         mode = "replace" if replace else "merge"
-        imported = store.import_document(user_id, items, mode=mode, expires=expires)
+        imported = store.import_document(
+            user_id, items, mode=mode, expires=expires, since=began
+        )
     show(imported_json(imported, loaded.config.memory.token_limit), views.imported)
 
 

@@ -33,6 +33,9 @@ from kvmem.entries import utcnow
 from kvmem.errors import StoreUnavailable
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# While readers keep an erasure's WAL checkpoint from finishing, it is tried again this often
+# (each try gives up at once rather than wait: a waiting checkpoint holds writers back).
+WAL_RETRY_SECONDS = 0.5
 _WRITE = "kvmem_write"
 LOCK_USER_ATTEMPTS = 20
 # PostgreSQL: undefined_table, undefined_column, read_only_sql_transaction.
@@ -154,6 +157,11 @@ class Database:
         self._write_engine = engine.execution_options(**{_WRITE: True})
         self._write = sessionmaker(self._write_engine, expire_on_commit=False)
         self._writers = WriterTurn() if self.dialect == "sqlite" else None
+        # Set while erased text may still be in SQLite's WAL (`empty_wal`); /healthz says so.
+        self.wal_pending = False
+        self._wal_retry: threading.Thread | None = None
+        self._wal_lock = threading.Lock()
+        self._disposed = threading.Event()
 
     @classmethod
     def from_config(cls, config: DatabaseConfig) -> Database:
@@ -303,11 +311,41 @@ class Database:
                 raise
             raise StoreUnavailable(f"the memory store is unavailable: {exc.orig}") from exc
 
-    def truncate_wal(self) -> bool:
+    def empty_wal(self) -> bool:
+        """`truncate_wal`; when readers keep it from finishing, it is retried in a thread
+        every `WAL_RETRY_SECONDS` until it does, and `wal_pending` is true meanwhile (an
+        erasure's text stays in the WAL only as long as a reader holds its snapshot)."""
+        # While a retry is under way, readers were holding the WAL a moment ago: no waiting.
+        if self.truncate_wal(wait=not self.wal_pending):
+            with self._wal_lock:
+                self.wal_pending = False  # (the retry thread ends at its next try)
+            return True
+        with self._wal_lock:
+            self.wal_pending = True
+            if self._wal_retry is None:
+                self._wal_retry = threading.Thread(
+                    target=self._retry_truncate, name="kvmem-wal-retry", daemon=True
+                )
+                self._wal_retry.start()
+        return False
+
+    def _retry_truncate(self) -> None:
+        while not self._disposed.wait(WAL_RETRY_SECONDS):
+            try:
+                done = self.truncate_wal(wait=False)
+            except StoreUnavailable:
+                done = False  # the database is away for now: try again
+            if done:
+                with self._wal_lock:
+                    self.wal_pending = False
+                    self._wal_retry = None
+                return
+
+    def truncate_wal(self, *, wait: bool = True) -> bool:
         """SQLite: copy the WAL into the database file and empty it, so that deleted text
         (overwritten with zeros there by `secure_delete`) is gone from both files. True when
-        done; False when readers kept it from finishing within the busy timeout (the WAL
-        frames are then overwritten by later writes, and emptied by the next checkpoint).
+        done; False when readers kept it from finishing within the busy timeout, or at once
+        when `wait` is false (see `empty_wal`, which tries again until it is done).
         Elsewhere nothing: True."""
         if self.dialect != "sqlite":
             return True
@@ -321,8 +359,14 @@ class Database:
                 # this process's writers; the busy handler waits out other processes' readers.
                 with self._writer_turn():
                     cursor = connection.cursor()
-                    busy, _, _ = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-                    cursor.close()
+                    if not wait:
+                        cursor.execute("PRAGMA busy_timeout=0")
+                    try:
+                        busy, _, _ = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                    finally:
+                        if not wait:  # back to the pool as every connection is
+                            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+                        cursor.close()
             finally:
                 connection.close()
         except (dbapi.OperationalError, dbapi.InterfaceError) as exc:
@@ -339,5 +383,6 @@ class Database:
         return True
 
     def dispose(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection (and stop retrying a WAL checkpoint)."""
+        self._disposed.set()
         self.engine.dispose()

@@ -64,6 +64,12 @@ class Erased:
     sessions: int = 0
     agent_runs: int = 0
 
+    def __add__(self, other: Erased) -> Erased:
+        """The rows of two erasures of the same user, together."""
+        return Erased(
+            **{name: getattr(self, name) + getattr(other, name) for name in REPORTED.values()}
+        )
+
     def as_json(self) -> dict[str, Any]:
         """The body of `DELETE /me`."""
         return {

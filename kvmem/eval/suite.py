@@ -10,17 +10,24 @@ on the entry after the run). An optional `now` (a date-time) is the moment the s
 at: the agent is told it is today, and expiry is judged against it. Every problem in a file is a `SuiteError` naming the file, the
 line and scenario id, and the field. kvmem's own suite ships as package data
 (`kvmem/eval/suite.yaml`). This module runs nothing: kvmem/eval/run.py does.
+
+A suite file is input like any other: it is read up to `MAX_SUITE_BYTES` (a device such as
+`/dev/zero` included), JSON lines one line at a time (each up to `MAX_LINE_BYTES`, nested at
+most `MAX_DEPTH` deep, validated as it is read, so only the scenarios stay in memory), and
+at most `MAX_SCENARIOS` scenarios; past any bound, a `SuiteError` names the file and line.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 import yaml
 from pydantic import (
@@ -58,6 +65,15 @@ Category = Literal[
     "expiry",
 ]
 BUILTIN_SUITE = "built-in"
+# Bounds on a suite file (the built-in suite is 25 KB and 70-odd scenarios; a suite of
+# 10,000 is hours of model calls already).
+MAX_SUITE_BYTES = 16 * 1024 * 1024
+MAX_LINE_BYTES = 1024 * 1024
+MAX_SCENARIOS = 10_000
+MAX_DEPTH = 32  # a scenario is 4 deep; Python's parser recurses once per level
+# A JSON string, whose brackets are not structure.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
 
 
 def _check_key(key: str) -> str:
@@ -221,26 +237,61 @@ def builtin_suite() -> Suite:
 
 def load_suite(path: Path) -> Suite:
     """The suite in `path`: JSON lines when it ends in `.jsonl`, else YAML."""
+    source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
-        raise SuiteError(f"{path}: cannot read the suite file: {reason}") from exc
-    if path.suffix == ".jsonl":
-        return _parse_json_lines(text, str(path))
-    return _parse_yaml(text, str(path))
+        with path.open("rb") as file:
+            if path.suffix == ".jsonl":
+                return _validate(_json_lines(file, source), source)
+            data = file.read(MAX_SUITE_BYTES + 1)
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read the suite file: {exc.strerror}") from exc
+    if len(data) > MAX_SUITE_BYTES:
+        raise SuiteError(f"{source}: the suite file is over {MAX_SUITE_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SuiteError(f"{path}: cannot read the suite file: {exc}") from exc
+    return _parse_yaml(text, source)
 
 
-def _parse_json_lines(text: str, source: str) -> Suite:
-    items = []
-    for number, line in enumerate(text.splitlines(), 1):
+def _json_lines(file: IO[bytes], source: str) -> Iterator[tuple[int, Any]]:
+    """Each scenario line's number and parsed JSON, read one line at a time."""
+    size = 0
+    for number in itertools.count(1):
+        raw = file.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        where = f"{source}, line {number}"
+        size += len(raw)
+        if size > MAX_SUITE_BYTES:
+            raise SuiteError(f"{where}: the suite file is over {MAX_SUITE_BYTES} bytes")
+        if len(raw) > MAX_LINE_BYTES:
+            raise SuiteError(f"{where}: the line is over {MAX_LINE_BYTES} bytes")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SuiteError(f"{where}: not UTF-8 (byte {exc.start})") from None
         if not line.strip():
             continue
+        if _depth(line) > MAX_DEPTH:
+            raise SuiteError(f"{where}: nested deeper than {MAX_DEPTH} levels")
         try:
-            items.append((number, json.loads(line)))
+            yield number, json.loads(line)
         except json.JSONDecodeError as exc:
-            raise SuiteError(f"{source}, line {number}: not valid JSON: {exc.msg}") from None
-    return _validate(items, source)
+            raise SuiteError(f"{where}: not valid JSON: {exc.msg}") from None
+
+
+def _depth(line: str) -> int:
+    """How deep the arrays and objects of a JSON line nest (brackets inside strings aside;
+    an unbalanced line is the parser's to refuse)."""
+    depth = deepest = 0
+    for bracket in _BRACKET.findall(_JSON_STRING.sub("", line)):
+        if bracket in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
 
 
 def _parse_yaml(text: str, source: str) -> Suite:
@@ -266,13 +317,13 @@ def _parse_yaml(text: str, source: str) -> Suite:
     return _validate(list(zip(lines, document, strict=True)), source)
 
 
-def _validate(items: Sequence[tuple[int, Any]], source: str) -> Suite:
-    if not items:
-        raise SuiteError(f"{source}: the suite has no scenarios")
+def _validate(items: Iterable[tuple[int, Any]], source: str) -> Suite:
     scenarios: list[Scenario] = []
     seen: dict[str, int] = {}
     for line, item in items:
         where = f"{source}, line {line}"
+        if len(scenarios) == MAX_SCENARIOS:
+            raise SuiteError(f"{where}: a suite holds at most {MAX_SCENARIOS} scenarios")
         if isinstance(item, dict) and isinstance(item.get("id"), str):
             where += f" (scenario {item['id']!r})"
         try:
@@ -284,6 +335,8 @@ def _validate(items: Sequence[tuple[int, Any]], source: str) -> Suite:
             raise SuiteError(f"{where}: id: also the id of the scenario on line {first}")
         seen[scenario.id] = line
         scenarios.append(scenario)
+    if not scenarios:
+        raise SuiteError(f"{source}: the suite has no scenarios")
     return Suite(source, tuple(scenarios))
 
 

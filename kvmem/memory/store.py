@@ -90,7 +90,8 @@ class MemoryStore(LockedWrites):
         agent run made it). `guard` runs just before the commit; if it raises, nothing is
         written (the memory agent uses it so that no write lands after its deadline).
         `since`, when the work making the write began, refuses it with `UserErased` if the
-        user was erased after that (the agent's runs pass it: erasure is final).
+        user was erased after that (every writer passes it: an agent run, a request, a
+        command; erasure is final).
         """
         prepare = self._set_write(user_id, key, value, source, conversation_id, since, expires_at)
         # A guarded write runs alone, its guard checked right before its own COMMIT.
@@ -112,13 +113,12 @@ class MemoryStore(LockedWrites):
         source: ChangeSource = "manual",
         *,
         conversation_id: str | None = None,
+        since: datetime | None = None,
         expires_at: datetime | None = None,
     ) -> Written:
         """`set` for the event loop: awaits the writer thread (group commit) instead of
         holding a worker thread, or runs `set` in one when there is no writer thread."""
-        prepare = self._set_write(
-            user_id, key, value, source, conversation_id, expires_at=expires_at
-        )
+        prepare = self._set_write(user_id, key, value, source, conversation_id, since, expires_at)
         future = self._group.submit(prepare) if self._group else None
         if future is None:
             return await anyio.to_thread.run_sync(
@@ -129,6 +129,7 @@ class MemoryStore(LockedWrites):
                     value,
                     source,
                     conversation_id=conversation_id,
+                    since=since,
                     expires_at=expires_at,
                 )
             )
@@ -231,6 +232,7 @@ class MemoryStore(LockedWrites):
         mode: ImportMode = "merge",
         expected: dict[str, str | None] | None = None,
         expires: Mapping[str, datetime] | None = None,
+        since: datetime | None = None,
     ) -> Imported:
         """Write many entries at once, all or none, with source `import`.
 
@@ -240,7 +242,7 @@ class MemoryStore(LockedWrites):
         entries; `replace` deletes them (each delete recorded). With `expected` (key: the
         value it was read with, None for none), `ChangedMeanwhile` unless each still holds it
         (an expired entry holds none). `expires` gives keys their expiry; an entry whose
-        expiry has passed is not imported (it is no memory any more).
+        expiry has passed is not imported (it is no memory any more). `since` as for `set`.
         """
         moment, given = self.clock(), expires or {}
         expires = {key: at for key, at in given.items() if at > moment}
@@ -248,6 +250,8 @@ class MemoryStore(LockedWrites):
         counted = count_document(self.rules, self.tokens, [i for i in items if i[0] not in past])
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
+            if since is not None:
+                check_not_erased(connection, user_id, since)
             while expire_due_locked(connection, self.history_log, user_id, moment) == EXPIRE_BATCH:
                 pass  # every due entry marked: what is left unmarked is memory
             existing = {}
@@ -371,17 +375,33 @@ class MemoryStore(LockedWrites):
             erased = erase_user_rows(session, user_id)
             # Taken last: work that began while the rows were being deleted is fenced too.
             fence_user(session, user_id, utcnow())
-        if not self.database.truncate_wal():
-            log.warning(
-                "erased user %s; the WAL could not be emptied now (readers kept it "
-                "busy): the next checkpoint does it",
-                user_id,
-            )
+        self._empty_wal(user_id)
+        # A write that began after the fence's time (while the rows were being deleted or
+        # the WAL emptied) may have landed since: it is deleted too, and the fence moved to
+        # now, the last moment before the erasure answers, so that no write begun before
+        # the answer lands after it.
+        with self.database.writing() as session:
+            self.database.lock_user(session, user_id)
+            erased += erase_user_rows(session, user_id)
+            fence_user(session, user_id, utcnow())
+        self._empty_wal(user_id)
         return erased
 
-    def set_memories_enabled(self, user_id: str, enabled: bool) -> bool:
-        """Turn memory on or off for the user's chats."""
+    def _empty_wal(self, user_id: str) -> None:
+        if not self.database.empty_wal():
+            log.warning(
+                "erased user %s; the WAL could not be emptied now (readers kept it "
+                "busy): its checkpoint is retried until it is (see /healthz)",
+                user_id,
+            )
+
+    def set_memories_enabled(
+        self, user_id: str, enabled: bool, *, since: datetime | None = None
+    ) -> bool:
+        """Turn memory on or off for the user's chats (`since` as for `set`)."""
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
+            if since is not None:
+                check_not_erased(connection, user_id, since)
             connection.execute(statements.SET_ENABLED, {"user_id": user_id, "on": enabled})
         return enabled

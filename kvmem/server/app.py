@@ -67,7 +67,9 @@ def build_services(
     database = database or Database.from_config(config.database)
     tokens = tokens or TokenCounter()
     metrics = metrics or Metrics()
-    client = client or ModelClient.from_config(config, on_call=metrics.upstream_call)
+    client = client or ModelClient.from_config(
+        config, on_call=metrics.upstream_call, on_surrogates=metrics.lone_surrogates
+    )
     keys = KeyStore(database)
     store = MemoryStore(
         database,

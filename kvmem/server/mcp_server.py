@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import datetime
 from typing import Any
 
 import anyio.to_thread
@@ -27,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvmem.agent.tools import EXPIRES_DESCRIPTION, KEY_DESCRIPTION, refusal_message, tool_schema
+from kvmem.entries import utcnow
 from kvmem.errors import KvmemError, NotFound, describe_problems
 from kvmem.memory.expiry import expiry_of
 from kvmem.memory.overview import memory_overview
@@ -211,6 +213,7 @@ class MemoryMcp:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        began = utcnow()  # a write begun before an erasure answered never lands after it
         arguments_model = TOOLS.get(params.name)
         if arguments_model is None:
             raise MCPError(
@@ -227,7 +230,9 @@ class MemoryMcp:
         if self.services.config.memory.disabled:
             return _error("Error: memory is disabled on this server (memory.disabled is true).")
         try:
-            return await anyio.to_thread.run_sync(self._run_tool, params.name, user, arguments)
+            return await anyio.to_thread.run_sync(
+                self._run_tool, params.name, user, arguments, began
+            )
         except KvmemError as exc:
             key = getattr(arguments, "key", None)
             if isinstance(exc, NotFound) and params.name == "memory_get":
@@ -238,7 +243,9 @@ class MemoryMcp:
                 return _error(f"Error: {exc.message}; the proposal stays pending.")
             return _error(refusal_message(exc, key, self.services.config.memory.valid_keys))
 
-    def _run_tool(self, name: str, user: str, arguments: Any) -> types.CallToolResult:
+    def _run_tool(
+        self, name: str, user: str, arguments: Any, began: datetime
+    ) -> types.CallToolResult:
         """One tool call, in a worker thread (the store blocks)."""
         store, config = self.services.store, self.services.config
         if name == "memory_list":
@@ -247,7 +254,9 @@ class MemoryMcp:
             return _data(store.get(user, arguments.key).as_json())
         if name == "memory_set":
             expires_at = expiry_of(arguments.expires_at, arguments.expires_in, store.clock())
-            written = store.set(user, arguments.key, arguments.value, "mcp", expires_at=expires_at)
+            written = store.set(
+                user, arguments.key, arguments.value, "mcp", since=began, expires_at=expires_at
+            )
             self.services.metrics.memory_write("mcp", "set")
             entry = written.entry
             return _result(
@@ -255,7 +264,7 @@ class MemoryMcp:
                 written_json(written, config.memory.token_limit),
             )
         if name == "memory_delete":
-            entry = store.delete(user, arguments.key, "mcp")
+            entry = store.delete(user, arguments.key, "mcp", since=began)
             self.services.metrics.memory_write("mcp", "delete")
             return _result(f'Memory deleted for key "{entry.key}"', {"deleted": entry.as_json()})
         if name == "memory_history":

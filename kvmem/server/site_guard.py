@@ -7,7 +7,8 @@ page from the person:
 
 - **Host** (DNS rebinding): a name outside `server.allowed_hosts` answers 403
   `host_not_allowed` before anything else runs. A page of `evil.example` whose name was
-  re-pointed at 127.0.0.1 reaches kvmem with `Host: evil.example`.
+  re-pointed at 127.0.0.1 reaches kvmem with `Host: evil.example`. More than one `Host`
+  header answers 400 `bad_request` (RFC 9112 section 3.2), whatever the allowlist.
 - **Origin** (cross-site writes): a method other than GET/HEAD/OPTIONS with a foreign
   `Origin`, or with a `Sec-Fetch-Site` other than `same-origin`/`none`, answers 403
   `origin_not_allowed`, unless the Origin is in `server.allowed_origins`. On `/mcp` every
@@ -33,7 +34,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kvmem.config import Config
-from kvmem.errors import HostNotAllowed, KvmemError, OriginNotAllowed
+from kvmem.errors import BadRequest, HostNotAllowed, KvmemError, OriginNotAllowed
 
 ANY_HOST = "*"
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
@@ -76,9 +77,17 @@ class SitePolicy:
         return cls(allowed, frozenset(origin for origin in origins if origin is not None))
 
     def check(self, scope: Scope) -> None:
-        """Raise `HostNotAllowed` or `OriginNotAllowed` if the request may not go on."""
+        """Raise `BadRequest`, `HostNotAllowed` or `OriginNotAllowed` if the request may
+        not go on."""
         headers = Headers(scope=scope)
-        host = headers.get("host")
+        hosts = [value for name, value in scope["headers"] if name == b"host"]
+        if len(hosts) > 1:
+            # RFC 9112 section 3.2: a proxy that routes on another of them than the one
+            # checked here would disagree with this check.
+            raise BadRequest(
+                f"the request has {len(hosts)} Host headers; HTTP/1.1 allows exactly one"
+            )
+        host = hosts[0].decode("latin-1") if hosts else None
         if self.allowed_hosts is not None and host_name(host or "") not in self.allowed_hosts:
             quoted = "no Host header" if host is None else f"Host {host[:QUOTED_CHARS]!r}"
             raise HostNotAllowed(

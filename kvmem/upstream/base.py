@@ -76,15 +76,18 @@ class Target:
 class UpstreamClient(ABC):
     """What both model clients share: the calls they answer, the scrubber that masks secrets
     in upstream text, and `on_call(kind, seconds)`, which, when given, hears how long each
-    call took (a stream: until it ended), whether it succeeded or not."""
+    call took (a stream: until it ended), whether it succeeded or not, and
+    `on_surrogates(kind, count)`, which hears of lone surrogates replaced in an answer."""
 
     def __init__(
         self,
         scrubber: SecretScrubber | None = None,
         on_call: Callable[[str, float], None] | None = None,
+        on_surrogates: Callable[[str, int], None] | None = None,
     ) -> None:
         self.scrubber = scrubber or SecretScrubber()
         self.on_call = on_call
+        self.on_surrogates = on_surrogates
 
     @abstractmethod
     async def complete(
@@ -105,6 +108,11 @@ class UpstreamClient(ABC):
     def _timed(self, target: Target, started: float) -> None:
         if self.on_call is not None:
             self.on_call(target.kind, time.perf_counter() - started)
+
+    def _replaced(self, target: Target, count: int) -> None:
+        """Note `count` lone surrogates replaced in an answer for `target` (surrogates.py)."""
+        if count and self.on_surrogates is not None:
+            self.on_surrogates(target.kind, count)
 
 
 def timeout_message(target: Target) -> str:

@@ -52,6 +52,7 @@ from kvmem.upstream.base import (
     unreachable_message,
 )
 from kvmem.upstream.redaction import SecretScrubber
+from kvmem.upstream.surrogates import ChunkSurrogates, clean_answer, may_hold_surrogates
 
 OPENAI_BASE = "https://api.openai.com/v1"
 # An answer larger than this is cut off with an error rather than held in memory.
@@ -69,8 +70,9 @@ class DirectClient(UpstreamClient):
         on_call: Callable[[str, float], None] | None = None,
         *,
         max_connections: int = 100,
+        on_surrogates: Callable[[str, int], None] | None = None,
     ) -> None:
-        super().__init__(scrubber, on_call)
+        super().__init__(scrubber, on_call, on_surrogates)
         self._max_connections = max_connections
         # One pool per kind of call (main, agent), each of `max_connections`, so that agent
         # runs never wait for a connection the main calls hold (or the reverse).
@@ -140,12 +142,16 @@ class DirectClient(UpstreamClient):
         except aiohttp.ClientError as exc:
             raise self._transport_error(target, exc) from exc
         try:
-            return json.loads(data)
+            body = json.loads(data)
         except ValueError as exc:
             raise UpstreamError(
                 "the model call failed: the answer is not JSON (a malformed response)",
                 upstream_status=200,
             ) from exc
+        if may_hold_surrogates(data):
+            body, replaced = clean_answer(body)
+            self._replaced(target, replaced)
+        return body
 
     async def stream(
         self, target: Target, messages: list[dict[str, Any]], user_id: str, **request: Any
@@ -164,11 +170,18 @@ class DirectClient(UpstreamClient):
             except TimeoutError as exc:
                 raise UpstreamTimeout(timeout_message(target)) from exc
             events = 0
-            async for event in _sse_events(response):
+            surrogates = ChunkSurrogates()
+            async for payload in _sse_payloads(response):
+                event = _event(payload)
+                self._replaced(target, surrogates.clean(event, may_hold_surrogates(payload)))
                 if isinstance(event.get("error"), dict) and not event.get("choices"):
                     raise self._stream_error(event["error"])
                 events += 1
                 yield event
+            tail, replaced = surrogates.finish()
+            if tail is not None:
+                self._replaced(target, replaced)
+                yield tail
             # Not one event: the body was not an event stream, which a client would take
             # for a complete, empty answer.
             if not events:
@@ -354,9 +367,9 @@ async def _read_capped(response: aiohttp.ClientResponse) -> bytes:
     return b"".join(parts)
 
 
-async def _sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
-    """The JSON events of an SSE body as they arrive, up to `[DONE]`; the body as a whole
-    is held to `MAX_RESPONSE_BYTES`, like a non-streamed answer."""
+async def _sse_payloads(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The data of each event of an SSE body as it arrives, up to `[DONE]`; the body as a
+    whole is held to `MAX_RESPONSE_BYTES`, like a non-streamed answer."""
     pending = b""
     data: list[bytes] = []
     size = 0
@@ -375,9 +388,9 @@ async def _sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[st
                 data = []
                 if payload == b"[DONE]":
                     return
-                yield _event(payload)
+                yield payload
     if data and (payload := b"\n".join(data)) != b"[DONE]":
-        yield _event(payload)
+        yield payload
 
 
 def _event(payload: bytes) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from kvmem.upstream.base import (
     unreachable_message,
 )
 from kvmem.upstream.redaction import SecretScrubber
+from kvmem.upstream.surrogates import ChunkSurrogates, clean_answer
 
 
 def load_litellm() -> Any:
@@ -95,7 +96,8 @@ class LiteLLMClient(UpstreamClient):
             raise translate(exc, target, self.scrubber) from exc
         finally:
             self._timed(target, started)
-        body = openai_shape(response.model_dump(exclude_none=True))
+        body, replaced = clean_answer(openai_shape(response.model_dump(exclude_none=True)))
+        self._replaced(target, replaced)
         if not body.get("choices"):
             raise UpstreamError(
                 "the model call failed: the answer has no choices (a malformed response)",
@@ -115,11 +117,17 @@ class LiteLLMClient(UpstreamClient):
             self._timed(target, started)
             raise translate(exc, target, self.scrubber) from exc
         substantive = 0
+        surrogates = ChunkSurrogates()
         try:
             async for chunk in response:
                 body = openai_shape(chunk.model_dump(exclude_none=True))
+                self._replaced(target, surrogates.clean(body))
                 substantive += _is_substantive(body)
                 yield body
+            tail, replaced = surrogates.finish()
+            if tail is not None:
+                self._replaced(target, replaced)
+                yield tail
         except Exception as exc:
             raise translate(exc, target, self.scrubber) from exc
         finally:

@@ -173,10 +173,14 @@ class ModelClient:
         on_call: Callable[[str, float], None] | None = None,
         *,
         max_connections: int = 100,
+        on_surrogates: Callable[[str, int], None] | None = None,
     ) -> None:
         self.scrubber = scrubber or SecretScrubber()
         self.on_call = on_call
-        self.direct = DirectClient(self.scrubber, on_call, max_connections=max_connections)
+        self.on_surrogates = on_surrogates
+        self.direct = DirectClient(
+            self.scrubber, on_call, max_connections=max_connections, on_surrogates=on_surrogates
+        )
         self._litellm: LiteLLMClient | None = None
         # The thread importing litellm beside start-up, when a configured model needs it.
         self.preloading: threading.Thread | None = None
@@ -188,6 +192,7 @@ class ModelClient:
         on_call: Callable[[str, float], None] | None = None,
         *,
         preload: bool = True,
+        on_surrogates: Callable[[str, int], None] | None = None,
     ) -> ModelClient:
         """The client for `config`: its secrets scrubbed, its pool size; when a configured
         model needs litellm, its import starts now in a thread (see `preload_litellm`)
@@ -196,6 +201,7 @@ class ModelClient:
             SecretScrubber.from_config(config),
             on_call,
             max_connections=config.chat.max_connections,
+            on_surrogates=on_surrogates,
         )
         if preload and uses_litellm(config):
             client.preload_litellm()
@@ -216,7 +222,7 @@ class ModelClient:
         """The litellm client, made on first use."""
         if self._litellm is None:
             load_litellm()
-            self._litellm = LiteLLMClient(self.scrubber, self.on_call)
+            self._litellm = LiteLLMClient(self.scrubber, self.on_call, self.on_surrogates)
         return self._litellm
 
     def _for(self, target: Target) -> UpstreamClient:

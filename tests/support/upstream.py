@@ -34,6 +34,7 @@ class Reply:
     chunk_delay: float = 0.0  # seconds between streamed chunks
     fail_after: int | None = None  # streaming: drop the connection after this many chunks
     raw: bytes | None = None  # send these bytes as the body instead of JSON
+    events: list[dict[str, Any]] | None = None  # streaming: send these chunk objects as they are
     hang: bool = False  # never answer; wait until the client goes away
     reset: bool = False  # close the connection without answering
     finish_reason: str | None = None
@@ -300,7 +301,7 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in reply.headers.items():
             self.send_header(name, value)
         self.end_headers()
-        events = stream_chunks(received.model, reply)
+        events = stream_chunks(received.model, reply) if reply.events is None else [*reply.events]
         if (body.get("stream_options") or {}).get("include_usage"):
             events.append(usage_chunk(received.model, reply))
         for index, event in enumerate(events):

@@ -32,7 +32,11 @@ async def healthz(request: Request) -> Response:
         if last_error
         else None,
     }
-    return JSONResponse({"status": "ok", "version": __version__, "store": store, "agent": agent})
+    body = {"status": "ok", "version": __version__, "store": store, "agent": agent}
+    if services.database.wal_pending:
+        # Erased text is still in SQLite's WAL while a reader holds an older snapshot.
+        body["wal"] = "erased text pending checkpoint"
+    return JSONResponse(body)
 
 
 routes = [Route("/healthz", healthz, methods=["GET"])]

@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from kvmem.entries import utcnow
 from kvmem.errors import BadRequest
 from kvmem.memory.exports import export_document, read_document, read_expiries
 from kvmem.memory.write_outcomes import imported_json, written_json
@@ -81,6 +82,7 @@ async def export_memory(request: Request) -> Response:
 
 
 async def import_memory(request: Request) -> Response:
+    began = utcnow()  # an import begun before an erasure answered never lands after it
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
@@ -89,7 +91,9 @@ async def import_memory(request: Request) -> Response:
     document = parse_json(raw)
     items, expires = read_document(document), read_expiries(document)
     imported = await run_in_threadpool(
-        lambda: services.store.import_document(user, items, mode=mode, expires=expires)
+        lambda: services.store.import_document(
+            user, items, mode=mode, expires=expires, since=began
+        )
     )
     services.metrics.memory_write("import", "set", imported.imported)
     if imported.deleted:

@@ -8,11 +8,13 @@ that keeps `/memory/{key}` from taking `/memory/history`, `/memory/export` and
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kvmem.entries import Entry, Snapshot
+from kvmem.entries import Entry, Snapshot, utcnow
 from kvmem.errors import BadRequest, PersonalizeDisabled, ReviewNotPerUser
 from kvmem.memory.expiry import expiry_of
 from kvmem.memory.overview import memory_overview
@@ -65,13 +67,16 @@ async def get_memory(request: Request) -> Response:
 
 
 async def put_memory(request: Request) -> Response:
+    began = utcnow()  # a write begun before an erasure answered never lands after it
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
     key = services.store.rules.check_key(request.path_params["key"])
     body = await read_model(request, MemoryValue, services.config.server.max_body_bytes)
     expires_at = expiry_of(body.expires_at, body.expires_in, services.store.clock())
-    written = await services.store.set_async(user, key, body.value, "manual", expires_at=expires_at)
+    written = await services.store.set_async(
+        user, key, body.value, "manual", since=began, expires_at=expires_at
+    )
     services.metrics.memory_write("manual", "set")
     return JSONResponse(
         written_json(written, services.config.memory.token_limit),
@@ -80,10 +85,12 @@ async def put_memory(request: Request) -> Response:
 
 
 async def delete_memory(request: Request) -> Response:
+    began = utcnow()
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
-    await run_in_threadpool(services.store.delete, user, request.path_params["key"])
+    key = request.path_params["key"]
+    await run_in_threadpool(lambda: services.store.delete(user, key, since=began))
     services.metrics.memory_write("manual", "delete")
     return Response(status_code=204)
 
@@ -96,6 +103,7 @@ async def get_preferences(request: Request) -> Response:
 
 
 async def patch_preferences(request: Request) -> Response:
+    began = utcnow()
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
@@ -112,7 +120,7 @@ async def patch_preferences(request: Request) -> Response:
             f"users cannot choose review on this server (memory.review is "
             f"{services.config.memory.review}, not per_user)"
         )
-    return JSONResponse(await run_in_threadpool(_set_preferences, services, user, body))
+    return JSONResponse(await run_in_threadpool(_set_preferences, services, user, body, began))
 
 
 def _preferences(services: Services, user: str) -> dict[str, bool]:
@@ -126,9 +134,11 @@ def _preferences(services: Services, user: str) -> dict[str, bool]:
     }
 
 
-def _set_preferences(services: Services, user: str, body: Preferences) -> dict[str, bool]:
+def _set_preferences(
+    services: Services, user: str, body: Preferences, began: datetime
+) -> dict[str, bool]:
     if body.memories is not None:
-        services.store.set_memories_enabled(user, body.memories)
+        services.store.set_memories_enabled(user, body.memories, since=began)
     if body.review is not None:
         services.proposals.set_user_review(user, body.review)
     return _preferences(services, user)
