@@ -160,9 +160,7 @@ def memory_import(user_id: str, file: str, replace: bool) -> None:
     store = open_store(loaded)
     with operation():
         mode = "replace" if replace else "merge"
-        imported = store.import_document(
-            user_id, items, mode=mode, expires=expires, since=began
-        )
+        imported = store.import_document(user_id, items, mode=mode, expires=expires, since=began)
     show(imported_json(imported, loaded.config.memory.token_limit), views.imported)
 
 

@@ -91,9 +91,7 @@ async def import_memory(request: Request) -> Response:
     document = parse_json(raw)
     items, expires = read_document(document), read_expiries(document)
     imported = await run_in_threadpool(
-        lambda: services.store.import_document(
-            user, items, mode=mode, expires=expires, since=began
-        )
+        lambda: services.store.import_document(user, items, mode=mode, expires=expires, since=began)
     )
     services.metrics.memory_write("import", "set", imported.imported)
     if imported.deleted:
