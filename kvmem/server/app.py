@@ -115,12 +115,14 @@ def freeze_start_up(*loads: threading.Thread | None) -> None:
     as long as the process, yet each full collection walked them all: under 50 concurrent
     writers those pauses made the p99 (112.7 -> 58.5 ms, writes/s +16 %; docs/performance.md).
     Frozen objects are still freed by reference counting; only a cycle among them would stay,
-    which is why the collection comes first."""
+    which is why the collection comes first. Then the collector is turned on (`kvmem serve`
+    keeps it off while it starts)."""
     for load in loads:
         if load is not None:
             load.join()
     gc.collect()
     gc.freeze()
+    gc.enable()
 
 
 def create_app(
