@@ -697,6 +697,28 @@ def test_a_served_app_freezes_what_start_up_made_once_its_loads_end(
     assert (done.returncode, done.stdout, done.stderr) == (0, "False False\nTrue True\n", "")
 
 
+def test_the_encoding_is_loaded_when_the_app_is_ready(
+    database: Database, database_url: str
+) -> None:
+    """Ready means ready: once the lifespan has started (the server answers), the token
+    encoding is loaded, so neither the first write nor the first agent run waits ~0.2 s for
+    it. In a child process, whose first load of the encoding is this one."""
+    script = (
+        "from starlette.testclient import TestClient\n"
+        "from kvmem.server.app import create_app\n"
+        "from kvmem.config import Config\n"
+        "from kvmem.tokens import TokenCounter\n"
+        "config = Config.model_validate({'database': {'url': %r}, 'chat': %r})\n"
+        "tokens = TokenCounter()\n"
+        "with TestClient(create_app(config, tokens=tokens), base_url='http://127.0.0.1'):\n"
+        "    print(tokens._encoding is not None)\n"
+    ) % (database_url, {"model": "openai/unused", "api_base": "http://127.0.0.1:9/v1"})
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "True\n", "")
+
+
 def test_the_collector_is_off_only_while_kvmem_starts(
     database: Database, database_url: str
 ) -> None:
