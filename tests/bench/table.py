@@ -141,8 +141,7 @@ def render(
         f"| start to ready (s, median) | {after:.3f} | c461702: {before:.3f} | - | "
         f"{after / before:.2f} × c461702 | ≤ 0.8 × c461702 | {'yes' if after / before <= 0.8 else 'no'} |"
     )
-    lines += [
-        "",
+    notes = [
         f"Direct upstream: c=1 p50 {c1[DIRECT]['p50_ms']} ms, p99 {c1[DIRECT]['p99_ms']} ms; "
         f"TTFB p50 {streamed[DIRECT]['ttfb_p50_ms']} ms; c=32 {c32[DIRECT]['rps']} req/s.",
         "Server CPU ms per request (c=1 / c=32): "
@@ -161,6 +160,7 @@ def render(
         "Load average (1 min) at start -> end of each section: "
         + "; ".join(f"{name} {a:.2f} -> {b:.2f}" for name, a, b in loads.sections),
     ]
+    lines += ["", *(f"- {note}" for note in notes)]
     return "\n".join(lines)
 
 
