@@ -697,6 +697,60 @@ def test_a_served_app_freezes_what_start_up_made_once_its_loads_end(
     assert (done.returncode, done.stdout, done.stderr) == (0, "False False\nTrue True\n", "")
 
 
+def test_the_encoding_is_loaded_when_the_app_is_ready(
+    database: Database, database_url: str
+) -> None:
+    """Ready means ready: once the lifespan has started (the server answers), the token
+    encoding is loaded, so neither the first write nor the first agent run waits ~0.2 s for
+    it. In a child process, whose first load of the encoding is this one."""
+    script = (
+        "from starlette.testclient import TestClient\n"
+        "from kvmem.server.app import create_app\n"
+        "from kvmem.config import Config\n"
+        "from kvmem.tokens import TokenCounter\n"
+        "config = Config.model_validate({'database': {'url': %r}, 'chat': %r})\n"
+        "tokens = TokenCounter()\n"
+        "with TestClient(create_app(config, tokens=tokens), base_url='http://127.0.0.1'):\n"
+        "    print(tokens._encoding is not None)\n"
+    ) % (database_url, {"model": "openai/unused", "api_base": "http://127.0.0.1:9/v1"})
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "True\n", "")
+
+
+def test_the_collector_is_off_only_while_kvmem_starts(
+    database: Database, database_url: str
+) -> None:
+    """Importing the CLI pauses the garbage collector and leaves it as it found it; `kvmem
+    serve` keeps it off through start-up (~0.1 s of CPU less), and the served app's freeze,
+    once start-up's loads end, turns it back on: a server never runs without collections."""
+    script = (
+        "import gc, threading\n"
+        "gc.disable()\n"
+        "import kvmem.cli\n"
+        "print(gc.isenabled())\n"
+        "gc.enable()\n"
+        "import importlib; importlib.reload(kvmem.cli)\n"
+        "print(gc.isenabled())\n"
+        "from starlette.testclient import TestClient\n"
+        "from kvmem.server.app import create_app\n"
+        "from kvmem.config import Config\n"
+        "config = Config.model_validate({'database': {'url': %r}, 'chat': %r})\n"
+        "gc.disable()  # as kvmem serve leaves it\n"
+        "with TestClient(create_app(config, freeze_gc=True), base_url='http://127.0.0.1') as client:\n"
+        "    assert client.get('/memory').status_code == 200\n"
+        "    for thread in threading.enumerate():\n"
+        "        if thread.name in ('kvmem-tokenizer', 'kvmem-gc-freeze'):\n"
+        "            thread.join(60)\n"
+        "    print(gc.isenabled())\n"
+    ) % (database_url, {"model": "openai/unused", "api_base": "http://127.0.0.1:9/v1"})
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "False\nTrue\nTrue\n", "")
+
+
 @pytest.mark.slow
 def test_serve_in_local_mode_refuses_a_public_host(tmp_path: Path) -> None:
     (tmp_path / "public.yaml").write_text(

@@ -792,3 +792,26 @@ def test_a_newest_message_without_text_keeps_the_gate_shut(upstream, chat_sectio
     wait_agents_idle(client)
     (request,) = upstream.received(AGENT_MODEL)
     assert request.messages[1]["content"].endswith("Human: Forget my address.")
+
+
+def test_the_gate_is_imported_and_made_at_start_up_only_when_the_trigger_is_intent() -> None:
+    """The server's modules do not import the gate (~45 ms of CPU at start-up that
+    `trigger: always`, the default, never uses); `trigger: intent` makes it, model read, as
+    the agent is built (while the server starts, not on the first chat)."""
+    script = (
+        "import sys\n"
+        "import kvmem.server.app\n"
+        "from kvmem.agent.memory_agent import intent_gate\n"
+        "from kvmem.config import AgentConfig\n"
+        "print('kvmem.intent.gate' in sys.modules, intent_gate(AgentConfig()), intent_gate(None))\n"
+        "gate = intent_gate(AgentConfig(trigger='intent'))\n"
+        "print(type(gate).__name__, gate._model is not None, gate.matches('remember that I am vegan'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0,
+        "False None None\nIntentGate True True\n",
+        "",
+    )

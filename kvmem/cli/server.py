@@ -4,6 +4,7 @@ would run with, and the MCP server over stdio.
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import click
@@ -27,6 +28,10 @@ from kvmem.config_loader import LoadedConfig
 @click.option("--port", type=int, default=None, help="Port to bind (default: server.port).")
 def serve(host: str | None, port: int | None) -> None:
     """Run pending migrations, then serve the HTTP API."""
+    # Start-up makes objects that live as long as the process and little garbage: no
+    # collection until it is done (~0.1 s of CPU less); the app then collects once, freezes
+    # what is left and turns the collector back on (`create_app(freeze_gc=True)`).
+    gc.disable()
     loaded = loaded_config()
     config = loaded.config
     host = host or config.server.host

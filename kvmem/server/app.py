@@ -115,12 +115,14 @@ def freeze_start_up(*loads: threading.Thread | None) -> None:
     as long as the process, yet each full collection walked them all: under 50 concurrent
     writers those pauses made the p99 (112.7 -> 58.5 ms, writes/s +16 %; docs/performance.md).
     Frozen objects are still freed by reference counting; only a cycle among them would stay,
-    which is why the collection comes first."""
+    which is why the collection comes first. Then the collector is turned on (`kvmem serve`
+    keeps it off while it starts)."""
     for load in loads:
         if load is not None:
             load.join()
     gc.collect()
     gc.freeze()
+    gc.enable()
 
 
 def create_app(
@@ -149,16 +151,14 @@ def create_app(
         # Found now, not by the first chat: said once, and /healthz shows the agent not ready.
         for problem in services.missing_keys():
             log.warning("%s", problem)
-        # The encoding loads beside start-up: not before ready (~0.5 s of CPU, a third of
-        # start to ready), and not in the first write, whose caller would wait for all of it.
-        tokenizer = threading.Thread(
-            target=services.tokens.load, name="kvmem-tokenizer", daemon=True
-        )
-        tokenizer.start()
+        # The encoding (~0.2 s of CPU) is loaded before ready: the first write, and the first
+        # agent run, never wait for it. (Loaded beside start-up in a thread, it held the GIL
+        # while the server started and was done before ready in most starts anyway.)
+        await anyio.to_thread.run_sync(services.tokens.load)
         if freeze_gc:
             threading.Thread(
                 target=freeze_start_up,
-                args=(tokenizer, services.client.preloading),
+                args=(services.client.preloading,),
                 name="kvmem-gc-freeze",
                 daemon=True,
             ).start()

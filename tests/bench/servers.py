@@ -54,6 +54,9 @@ def tool(name: str) -> list[str]:
 def child_env(**extra: str) -> dict[str, str]:
     """The environment of every server: offline litellm, loopback never proxied."""
     env = dict(os.environ)
+    # As installed: each server's first start caches its bytecode for the next ones (with
+    # this set, every start compiled kvmem's own modules again).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(
         LITELLM_LOCAL_MODEL_COST_MAP="True",
         LITELLM_TELEMETRY="False",
