@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 
 from prometheus_client import (
     CollectorRegistry,
@@ -194,11 +195,19 @@ def route_template(scope: Scope) -> str:
 
 
 class MetricsMiddleware:
-    """Counts and times every HTTP request by route template, method and status."""
+    """Counts and times every HTTP request by route template, method and status, and hands
+    each ended request to `on_end` (`kvmem serve`'s request log): one wrapper of `send` per
+    request, not one per concern."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        metrics: Metrics,
+        on_end: Callable[[Scope, int, float], None] | None = None,
+    ) -> None:
         self.app = app
         self.metrics = metrics
+        self.on_end = on_end
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -225,3 +234,5 @@ class MetricsMiddleware:
         method = scope["method"] if scope["method"] in METHODS else "other"
         self.metrics.http_requests.labels(route=route, method=method, status=str(status)).inc()
         self.metrics.http_duration.labels(route=route).observe(seconds)
+        if self.on_end is not None:
+            self.on_end(scope, status, seconds)

@@ -41,7 +41,7 @@ from kvmem.memory.store import MemoryStore
 from kvmem.metrics import Metrics, MetricsMiddleware
 from kvmem.server.auth import Authenticator
 from kvmem.server.credentials import KeyStore
-from kvmem.server.logs import RequestLogMiddleware
+from kvmem.server.logs import log_request
 from kvmem.server.mcp_http import McpEndpoint, McpTransport
 from kvmem.server.routes import chat, health, hooks, memory, ollama, openai, ops, sessions, ui
 from kvmem.server.services import Services
@@ -196,10 +196,9 @@ def create_app(
             Route("/mcp", McpEndpoint(MCP_STATE)),
         ],
         middleware=[
-            # Outermost: a request's line is written once its response has ended, whatever
-            # answered it (kvmem serve turns the `kvmem.access` logger on).
-            Middleware(RequestLogMiddleware),
-            Middleware(MetricsMiddleware, metrics=metrics),
+            # Outermost: a request is counted, and its log line written (kvmem serve turns the
+            # `kvmem.access` logger on), once its response has ended, whatever answered it.
+            Middleware(MetricsMiddleware, metrics=metrics, on_end=log_request),
             # Before any route runs (auth, bodies): a foreign Host or a cross-site write is
             # refused here, and every response gets its security headers.
             Middleware(

@@ -1,9 +1,9 @@
-"""What `kvmem serve` writes to stderr: one line per request (`RequestLogMiddleware`, logger
+"""What `kvmem serve` writes to stderr: one line per request (`log_request`, logger
 `kvmem.access`), kvmem's own records (clients gone, runs cut off, sweeps) and uvicorn's, as
 text for people or as one JSON object a line for log pipelines (`server.log_format`).
 
 `configure_logging` is called by `kvmem serve` alone: an app that tests build, or that another
-program mounts, logs through whatever that program set up (the middleware writes nothing
+program mounts, logs through whatever that program set up (`log_request` writes nothing
 while `kvmem.access` is not enabled for INFO, Python's default). Nothing here knows routes,
 users or the store; a request line holds no header and no body.
 """
@@ -13,11 +13,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import time
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 ACCESS = logging.getLogger("kvmem.access")
 # The loggers `configure_logging` sets: kvmem's, and uvicorn's with the two it logs through.
@@ -27,36 +26,12 @@ MAX_TARGET_CHARS = 2000
 LogFormat = Literal["text", "json"]
 
 
-class RequestLogMiddleware:
-    """Logs each HTTP request once its response has ended (a stream included): client,
-    method, target, status and duration."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not ACCESS.isEnabledFor(logging.INFO):
-            await self.app(scope, receive, send)
-            return
-        status: int | None = None
-        started = time.perf_counter()
-
-        async def send_and_note(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_and_note)
-        finally:
-            # No response started: the app raised, and the error middleware outside answers 500.
-            log_request(scope, status or 500, time.perf_counter() - started)
-
-
 def log_request(scope: Scope, status: int, seconds: float) -> None:
-    """One `kvmem.access` line: `client "METHOD target" status duration`; the same fields
-    as the record's `fields` for the JSON format."""
+    """One `kvmem.access` line for a request whose response has ended (a stream included;
+    `MetricsMiddleware` calls it): `client "METHOD target" status duration`, the same fields
+    as the record's `fields` for the JSON format. Nothing while the logger is off for INFO."""
+    if not ACCESS.isEnabledFor(logging.INFO):
+        return
     client = scope.get("client")
     fields = {
         "client": client[0] if client else "-",
