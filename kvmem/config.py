@@ -304,6 +304,36 @@ class TasksConfig(Section):
         return patterns
 
 
+class ScopesConfig(Section):
+    """`memory.scopes`: the keys kept apart for each scope (an assistant, a model, a project),
+    beside the person's own; CONTRACT section 23."""
+
+    valid_keys: list[str] = Field(alias="validKeys", min_length=1)
+    # Per scope; None: `memory.tokenLimit` and `memory.charLimit`.
+    token_limit: int | None = Field(None, alias="tokenLimit", ge=0)
+    char_limit: int | None = Field(None, alias="charLimit", gt=0)
+    # A /v1 or /api request that names no scope is scoped "model:<model id>".
+    by_model: bool = False
+    # A scoped request sees and writes only its scope's entries.
+    isolated: bool = False
+
+    @field_validator("valid_keys")
+    @classmethod
+    def _well_formed_keys(cls, keys: list[str]) -> list[str]:
+        return _well_formed(keys)
+
+
+def _well_formed(keys: list[str]) -> list[str]:
+    """`keys` without repeats, if each can be stored; else `ValueError` naming the first."""
+    for key in keys:
+        if not KEY_PATTERN.fullmatch(key) or key in RESERVED_KEYS:
+            raise ValueError(
+                f"{key!r} can never be stored: keys match ^[a-z][a-z0-9_]{{0,127}}$ "
+                f"and are not {reserved_keys_text()}"
+            )
+    return list(dict.fromkeys(keys))
+
+
 class MemoryConfig(Section):
     """LibreChat's `memory:` block, with the same field names and meaning."""
 
@@ -320,6 +350,7 @@ class MemoryConfig(Section):
     # (LibreChat's behaviour), `on` for everyone, or `per_user` (PATCH /preferences).
     review: Literal["off", "on", "per_user"] = "off"
     tasks: TasksConfig = TasksConfig()
+    scopes: ScopesConfig | None = None
 
     @field_validator("review", mode="before")
     @classmethod
@@ -332,13 +363,19 @@ class MemoryConfig(Section):
     @field_validator("valid_keys")
     @classmethod
     def _well_formed_keys(cls, keys: list[str] | None) -> list[str] | None:
-        for key in keys or ():
-            if not KEY_PATTERN.fullmatch(key) or key in RESERVED_KEYS:
+        return _well_formed(keys) if keys else None
+
+    @model_validator(mode="after")
+    def _one_layer_per_key(self) -> MemoryConfig:
+        # A key is the person's own or scoped, never both: the agent's writes route by key.
+        if self.scopes is not None and self.valid_keys:
+            both = [key for key in self.scopes.valid_keys if key in self.valid_keys]
+            if both:
                 raise ValueError(
-                    f"{key!r} can never be stored: keys match ^[a-z][a-z0-9_]{{0,127}}$ "
-                    f"and are not {reserved_keys_text()}"
+                    f"{', '.join(both)}: in both memory.validKeys and memory.scopes.validKeys; "
+                    "a key is either the person's own or kept per scope, never both"
                 )
-        return list(dict.fromkeys(keys)) if keys else None
+        return self
 
 
 class CustomEndpoint(Section):

@@ -37,6 +37,7 @@ class Entry:
     # been recorded (`kvmem.memory.expirations`): an expired entry is kept, not injected.
     expires_at: datetime | None = None
     expired: bool = False
+    scope: str = ""  # the layer: "" for the person's own, else the scope's name
 
     def live(self, now: datetime) -> bool:
         """Whether the entry is memory at `now`: not expired, nor due to."""

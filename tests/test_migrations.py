@@ -21,7 +21,7 @@ from sqlalchemy import inspect
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
-from kvmem.config import DatabaseConfig
+from kvmem.config import DatabaseConfig, MemoryConfig
 from kvmem.db.engine import Database
 from kvmem.db.migrate import (
     HEAD,
@@ -33,6 +33,7 @@ from kvmem.db.migrate import (
     upgrade,
 )
 from kvmem.db.tables import Base
+from kvmem.entries import utcnow
 from kvmem.memory.rules import MemoryRules
 from kvmem.memory.store import MemoryStore
 from kvmem.tokens import TokenCounter
@@ -96,13 +97,14 @@ def test_upgrade_to_head_creates_the_memory_tables(engine: Engine) -> None:
         ("updated_at", "DATETIME", False, None),
         ("expires_at", "DATETIME", True, None),
         ("expired", "BOOLEAN", False, "'0'"),
+        ("scope", "VARCHAR(128)", False, "''"),
     ]
     assert inspector.get_pk_constraint("memory_entries") == {
         "constrained_columns": ["id"],
         "name": "pk_memory_entries",
     }
     assert inspector.get_unique_constraints("memory_entries") == [
-        {"name": "uq_memory_entries_user_id", "column_names": ["user_id", "key"]}
+        {"name": "uq_memory_entries_user_scope_key", "column_names": ["user_id", "scope", "key"]}
     ]
     assert inspector.get_indexes("memory_entries") == [
         {
@@ -320,6 +322,7 @@ def test_upgrade_creates_the_proposals_table(engine: Engine) -> None:
         ("conversation_id", "VARCHAR(200)", True, None),
         ("created_at", "DATETIME", False, None),
         ("expires_at", "DATETIME", True, None),
+        ("scope", "VARCHAR(128)", False, "''"),
     ]
     assert inspector.get_indexes("memory_proposals") == [
         {
@@ -388,6 +391,7 @@ def test_upgrading_a_0008_database_keeps_entries_and_proposals_never_expiring(
         assert connection.exec_driver_sql("SELECT key, expires_at FROM memory_proposals").all() == [
             ("city", None)
         ]
+    upgrade(any_engine)  # the store reads the head's schema
     store = MemoryStore(Database(any_engine), MemoryRules(), tokens)
     [trip] = store.snapshot("alice").entries
     assert (trip.key, trip.expires_at, trip.expired) == ("trip", None, False)
@@ -397,4 +401,51 @@ def test_upgrading_a_0008_database_keeps_entries_and_proposals_never_expiring(
     }
     with any_engine.connect() as connection:
         assert connection.exec_driver_sql("SELECT COUNT(*) FROM memory_entries").scalar() == 1
+    upgrade(any_engine)
+
+
+def test_upgrading_a_0009_database_makes_every_row_the_persons_own_layer(
+    any_engine: Engine, tokens: TokenCounter
+) -> None:
+    """0010 adds `scope` ("" = the person's own) to entries, changes and proposals: every
+    existing row is the own layer, read and written as before; the unique key becomes
+    (user, scope, key), so one scoped key may live in two scopes. Downgrading deletes scoped
+    rows only and restores the old unique key."""
+    upgrade(any_engine, "0009")
+    with any_engine.begin() as connection:
+        for statement in (
+            "INSERT INTO users (id, memories_enabled, created_at, memory_version) "
+            "VALUES ('alice', true, '2026-01-01 00:00:00', 1)",
+            "INSERT INTO memory_entries (user_id, key, value, token_count, source, created_at, "
+            "updated_at) VALUES ('alice', 'diet', 'vegan', 2, 'manual', '2026-01-01 00:00:00', "
+            "'2026-01-01 00:00:00')",
+            # Recent: a write prunes changes older than the history's 90 days.
+            "INSERT INTO memory_changes (user_id, key, op, new_value, source, at) VALUES "
+            f"('alice', 'diet', 'set', 'vegan', 'manual', '{utcnow():%Y-%m-%d %H:%M:%S}')",
+            "INSERT INTO memory_proposals (user_id, key, op, value, created_at) VALUES "
+            "('alice', 'city', 'set', 'Rome', '2026-01-01 00:00:00')",
+        ):
+            connection.exec_driver_sql(statement)
+    upgrade(any_engine, "0010")
+    with any_engine.connect() as connection:
+        for table in ("memory_entries", "memory_changes", "memory_proposals"):
+            assert connection.exec_driver_sql(f"SELECT key, scope FROM {table}").all() in (
+                [("diet", "")],
+                [("city", "")],
+            )
+    rules = MemoryRules.from_config(
+        MemoryConfig.model_validate({"scopes": {"validKeys": ["notes"]}})
+    )
+    store = MemoryStore(Database(any_engine), rules, tokens)
+    assert [(e.key, e.scope) for e in store.snapshot("alice").entries] == [("diet", "")]
+    store.set("alice", "notes", "kitchen: oak", scope="kitchen")
+    store.set("alice", "notes", "thesis: chapter 2", scope="thesis")
+    assert [(e.key, e.value) for e in store.snapshot("alice", "kitchen").entries] == [
+        ("diet", "vegan"),
+        ("notes", "kitchen: oak"),
+    ]
+    downgrade(any_engine, "0009")
+    with any_engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT key FROM memory_entries").all() == [("diet",)]
+        assert connection.exec_driver_sql("SELECT COUNT(*) FROM memory_changes").scalar() == 1
     upgrade(any_engine)

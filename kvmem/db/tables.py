@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
     true,
 )
 from sqlalchemy.engine import Dialect
@@ -76,7 +77,7 @@ class MemoryEntry(Base):
 
     __tablename__ = "memory_entries"
     __table_args__ = (
-        UniqueConstraint("user_id", "key"),
+        UniqueConstraint("user_id", "scope", "key", name="uq_memory_entries_user_scope_key"),
         Index("ix_memory_entries_user_updated", "user_id", "updated_at"),
         # The sweep's look for entries due to expire, in order, past those already expired.
         Index("ix_memory_entries_expiry", "expired", "expires_at"),
@@ -94,6 +95,9 @@ class MemoryEntry(Base):
     # recorded (an expired entry is kept, listed only with `include_expired`).
     expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
     expired: Mapped[bool] = mapped_column(Boolean, server_default="0")
+    # The layer: "" for the person's own (null in the API), else the scope's name. Not null, so
+    # that the unique (user, scope, key) holds for the own layer on every database.
+    scope: Mapped[str] = mapped_column(String(128), server_default=text("''"))
 
 
 class ApiKey(Base):
@@ -146,6 +150,7 @@ class MemoryChange(Base):
     __table_args__ = (
         Index("ix_memory_changes_user_id", "user_id", "id"),
         Index("ix_memory_changes_user_key", "user_id", "key", "id"),
+        Index("ix_memory_changes_user_scope", "user_id", "scope", "id"),
         Index("ix_memory_changes_at", "at"),
         # Ids are handed to clients (revert targets, page cursors): never reused on SQLite.
         {"sqlite_autoincrement": True},
@@ -160,6 +165,9 @@ class MemoryChange(Base):
     source: Mapped[str] = mapped_column(String(16))
     conversation_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     at: Mapped[datetime] = mapped_column(UtcDateTime)
+    scope: Mapped[str] = mapped_column(
+        String(128), server_default=text("''")
+    )  # as `MemoryEntry.scope`
 
 
 class UserSession(Base):
@@ -228,3 +236,6 @@ class MemoryProposal(Base):
     conversation_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    scope: Mapped[str] = mapped_column(
+        String(128), server_default=text("''")
+    )  # as `MemoryEntry.scope`

@@ -29,7 +29,13 @@ from kvmem.memory.write_statements import BUMP, DELETE_ENTRY
 EXPIRE_BATCH = 20
 
 _DUE_OF_USER = (
-    select(MemoryEntry.id, MemoryEntry.key, MemoryEntry.value, MemoryEntry.expires_at)
+    select(
+        MemoryEntry.id,
+        MemoryEntry.key,
+        MemoryEntry.value,
+        MemoryEntry.expires_at,
+        MemoryEntry.scope,
+    )
     .where(
         MemoryEntry.user_id == bindparam("user_id"),
         MemoryEntry.expired == false(),
@@ -46,6 +52,7 @@ _DUE_OF_USERS = (
         MemoryEntry.key,
         MemoryEntry.value,
         MemoryEntry.expires_at,
+        MemoryEntry.scope,
     )
     .where(MemoryEntry.expired == false(), MemoryEntry.expires_at <= bindparam("now"))
     .order_by(MemoryEntry.expires_at, MemoryEntry.id)
@@ -59,11 +66,20 @@ _LOCK_EXISTING_USER = select(User.id).where(User.id == bindparam("user_id")).wit
 
 
 def expire_row(connection: Executor, log: ChangeLog, user_id: str, row: Any) -> None:
-    """Mark one due entry (a row with `id`, `key`, `value`, `expires_at`) expired and record
-    its `expire` change; the caller holds the user's lock and bumps their version."""
+    """Mark one due entry (a row with `id`, `key`, `value`, `expires_at`, `scope`) expired and
+    record its `expire` change; the caller holds the user's lock and bumps their version."""
     connection.execute(_MARK, {"entry_id": row.id})
     log.record(
-        connection, user_id, row.key, "expire", row.value, None, "system", None, at=row.expires_at
+        connection,
+        user_id,
+        row.key,
+        "expire",
+        row.value,
+        None,
+        "system",
+        None,
+        at=row.expires_at,
+        scope=row.scope,
     )
 
 
@@ -136,6 +152,7 @@ def expire_due_any(
                     "source": "system",
                     "conversation_id": None,
                     "at": row.expires_at,
+                    "scope": row.scope,
                 }
                 for row in rows
             ],

@@ -2,7 +2,8 @@
 
 The same document travels over REST (`GET /memory/export`, `POST /memory/import`) and the
 CLI (`kvmem memory export|import`). Import needs only `memories[].key` and `.value`, and reads
-`.expires_at` when given (an entry that has expired since is not imported); the other
+`.expires_at` when given (an entry that has expired since is not imported) and `.scope` (the
+layer it belongs to: null or absent for the person's own; `read_layers`); the other
 fields (times, sources, `user`, `preferences`) are ignored, so a document can move to
 another user or server. The older CLI shape `{"user", "memories"}` (no `format`) is read
 too.
@@ -15,22 +16,33 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
-from kvmem.entries import Snapshot, iso, utcnow
+from kvmem.entries import Entry, Snapshot, iso, utcnow
 from kvmem.errors import BadRequest, describe_problems
 from kvmem.memory.expiry import parse_expires_at
+from kvmem.memory.imports import LayerImport
+from kvmem.memory.rules import OWN, MemoryRules
 
 FORMAT = "kvmem.memory.v1"
 
 
-def export_document(user_id: str, snapshot: Snapshot) -> dict[str, Any]:
-    """The user's entries (oldest first) and opt-out switch as a `kvmem.memory.v1` document."""
+def export_document(user_id: str, snapshot: Snapshot, *, scoped: bool = False) -> dict[str, Any]:
+    """The user's entries (oldest first) and opt-out switch as a `kvmem.memory.v1` document;
+    `scoped` (a server that keeps scopes): each entry says its `scope` (null: the person's
+    own), so that an import puts it back where it was."""
     return {
         "format": FORMAT,
         "user": user_id,
         "exported_at": iso(utcnow()),
         "preferences": {"memories": snapshot.memories_enabled},
-        "memories": [entry.as_json() for entry in snapshot.entries],
+        "memories": [_exported(entry, scoped) for entry in snapshot.entries],
     }
+
+
+def _exported(entry: Entry, scoped: bool) -> dict[str, Any]:
+    shown = entry.as_json()
+    if scoped:
+        shown["scope"] = entry.scope or None
+    return shown
 
 
 class DocumentEntry(BaseModel):
@@ -40,6 +52,7 @@ class DocumentEntry(BaseModel):
     key: StrictStr
     value: StrictStr
     expires_at: StrictStr | None = None
+    scope: StrictStr | None = None
 
 
 class MemoryDocument(BaseModel):
@@ -62,6 +75,41 @@ def read_expiries(data: Any) -> dict[str, datetime]:
         entry.key: parse_expires_at(entry.expires_at, f"memories[{index}].expires_at")
         for index, entry in enumerate(_document(data).memories)
         if entry.expires_at is not None
+    }
+
+
+def read_layers(data: Any, rules: MemoryRules, scope: str | None) -> dict[str, LayerImport]:
+    """The document's entries by layer, in document order: each in the layer its `scope`
+    names (null or absent: the person's own), or, when the request names a `scope`, all in
+    that one (an entry naming another is refused). `BadRequest` for a malformed scope, or
+    any scope on a server that keeps none (`MemoryRules.scope`)."""
+    document = _document(data)
+    items: dict[str, list[tuple[str, str]]] = {}
+    expires: dict[str, dict[str, datetime]] = {}
+    for index, entry in enumerate(document.memories):
+        try:
+            named = rules.scope(entry.scope)
+        except BadRequest as exc:
+            raise BadRequest(f"memories[{index}].scope: {exc.message}") from exc
+        layer = named
+        if scope is not None:
+            layer = rules.scope(scope)
+            if entry.scope is not None and named != layer:
+                raise BadRequest(
+                    f"memories[{index}] belongs to scope {entry.scope!r}, not to {scope!r}, "
+                    "the scope this import names"
+                )
+        items.setdefault(layer, []).append((entry.key, entry.value))
+        if entry.expires_at is not None:
+            at = parse_expires_at(entry.expires_at, f"memories[{index}].expires_at")
+            expires.setdefault(layer, {})[entry.key] = at
+    if scope is not None:
+        items.setdefault(rules.scope(scope), [])
+    else:
+        items.setdefault(OWN, [])  # a whole document speaks for the own layer, even empty
+    return {
+        layer: LayerImport(layer_items, expires=expires.get(layer, {}))
+        for layer, layer_items in items.items()
     }
 
 

@@ -133,9 +133,10 @@ class ChangeLog:
         source: str,
         conversation_id: str | None,
         at: datetime | None = None,
+        scope: str = "",
     ) -> int | None:
-        """Record one change in the connection's transaction, dated `at` (default: now); its
-        id (None when not kept)."""
+        """Record one change to the layer `scope` in the connection's transaction, dated `at`
+        (default: now); its id (None when not kept)."""
         if not self.enabled:
             return None
         # One prebuilt statement with bound values: no construct to build and key per write.
@@ -150,6 +151,7 @@ class ChangeLog:
                 "source": source,
                 "conversation_id": conversation_id,
                 "at": at or utcnow(),
+                "scope": scope,
             },
         )
         inserted = result.inserted_primary_key
@@ -159,12 +161,14 @@ class ChangeLog:
     def record_many(
         self, session: Session | Connection, user_id: str, changes: list[dict[str, Any]]
     ) -> None:
-        """Record several changes (`key`, `op`, `old_value`, `new_value`, `source`) at once."""
+        """Record several changes (`key`, `op`, `old_value`, `new_value`, `source`, and
+        `scope` when not the person's own) at once."""
         if not self.enabled or not changes:
             return
         now = utcnow()
         rows = [
-            {"conversation_id": None, **change, "user_id": user_id, "at": now} for change in changes
+            {"conversation_id": None, "scope": "", **change, "user_id": user_id, "at": now}
+            for change in changes
         ]
         session.execute(_INSERT, rows)
 
@@ -225,9 +229,11 @@ class ChangeLog:
         key: str | None = None,
         limit: int = 50,
         before: int | None = None,
+        scope: str = "",
     ) -> HistoryPage:
-        """The user's changes (of one key, if given) newest first, `limit` at a time."""
-        query = self._query(user_id, key)
+        """The changes of one layer of the user (of one key, if given) newest first, `limit`
+        at a time."""
+        query = self._query(user_id, key, scope)
         if before is not None and before <= MAX_CHANGE_ID:  # every id is below a larger one
             query = query.where(MemoryChange.id < before)
         rows = session.execute(query.limit(limit + 1)).all()
@@ -235,27 +241,41 @@ class ChangeLog:
         more = len(rows) > limit
         return HistoryPage(changes=changes, next=changes[-1].id if more else None)
 
-    def of_key(self, session: Session, user_id: str, key: str) -> tuple[Change, ...]:
-        """Every kept change of one key, newest first."""
-        return tuple(Change(*row) for row in session.execute(self._query(user_id, key)).all())
+    def of_key(
+        self, session: Session, user_id: str, key: str, scope: str = ""
+    ) -> tuple[Change, ...]:
+        """Every kept change of one key (of the layer `scope`), newest first."""
+        query = self._query(user_id, key, scope)
+        return tuple(Change(*row) for row in session.execute(query).all())
 
     def find(
-        self, session: Session | Connection, user_id: str, key: str, change_id: int
+        self,
+        session: Session | Connection,
+        user_id: str,
+        key: str,
+        change_id: int,
+        scope: str = "",
     ) -> Change | None:
-        """The kept change `change_id` if it is this user's and this key's, else None."""
+        """The kept change `change_id` if it is this user's, this layer's and this key's,
+        else None."""
         if not 1 <= change_id <= MAX_CHANGE_ID:
             return None
-        row = session.execute(self._query(user_id, key).where(MemoryChange.id == change_id)).first()
+        query = self._query(user_id, key, scope).where(MemoryChange.id == change_id)
+        row = session.execute(query).first()
         return Change(*row) if row else None
 
-    def clear(self, session: Session | Connection, user_id: str) -> int:
-        """Delete all of the user's changes; how many."""
-        result = session.execute(delete(MemoryChange).where(MemoryChange.user_id == user_id))
-        return rowcount(result)
+    def clear(self, session: Session | Connection, user_id: str, scope: str | None = None) -> int:
+        """Delete the user's changes (of one layer, given a `scope`: "" their own); how many."""
+        mine = delete(MemoryChange).where(MemoryChange.user_id == user_id)
+        if scope is not None:
+            mine = mine.where(MemoryChange.scope == scope)
+        return rowcount(session.execute(mine))
 
-    def _query(self, user_id: str, key: str | None) -> Any:
+    def _query(self, user_id: str, key: str | None, scope: str) -> Any:
         query = select(*_COLUMNS).where(
-            MemoryChange.user_id == user_id, MemoryChange.at >= self.cutoff()
+            MemoryChange.user_id == user_id,
+            MemoryChange.scope == scope,
+            MemoryChange.at >= self.cutoff(),
         )
         if key is not None:
             query = query.where(MemoryChange.key == key)

@@ -8,7 +8,9 @@ database (the rows it weighs are the store's); `kvmem.memory.exports` reads the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from kvmem.errors import BadRequest, KvmemError, MemoryFull
@@ -17,6 +19,16 @@ from kvmem.tokens import TokenCounter
 
 # Each key's clean value and its token count, in document order.
 Counted = dict[str, tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class LayerImport:
+    """What an import writes into one layer: its (key, value) items in document order, the
+    values it was planned from (`expected`, see `check_unchanged`) and the keys' expiries."""
+
+    items: Sequence[tuple[str, str]]
+    expected: dict[str, str | None] | None = None
+    expires: Mapping[str, datetime] = field(default_factory=dict)
 
 
 class ChangedMeanwhile(Exception):  # noqa: N818 (a signal to plan again, not an error)
@@ -83,13 +95,14 @@ def check_import_limit(
 
 
 def import_change(
-    key: str, op: str, old_value: str | None, new_value: str | None
+    key: str, op: str, old_value: str | None, new_value: str | None, scope: str = ""
 ) -> dict[str, Any]:
-    """One change an import makes, as `ChangeLog.record_many` takes it."""
+    """One change an import makes to the layer `scope`, as `ChangeLog.record_many` takes it."""
     return {
         "key": key,
         "op": op,
         "old_value": old_value,
         "new_value": new_value,
         "source": "import",
+        "scope": scope,
     }

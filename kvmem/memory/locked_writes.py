@@ -42,15 +42,18 @@ class LockedWrites(MemoryReader):
         *,
         conversation_id: str | None = None,
         expires_at: datetime | None = None,
+        scope: str = "",
     ) -> tuple[Entry | None, int]:
-        """Set `key` to `value` (or delete it when `value` is None) under every write rule,
-        inside the caller's transaction, which already holds the user's lock: for a caller
-        that changes another table in the same transaction (accepting a proposal). The entry
-        now (None once deleted; a delete of a missing key changes nothing) and the total."""
+        """Set `key` to `value` (or delete it when `value` is None) in the layer `scope` under
+        every write rule, inside the caller's transaction, which already holds the user's
+        lock: for a caller that changes another table in the same transaction (accepting a
+        proposal). The entry now (None once deleted; a delete of a missing key changes
+        nothing) and the layer's total."""
         connection = session.connection()
+        rules = self.rules.layer(scope)
         if value is not None:
-            self.rules.check_key(key)
-            clean = self.rules.clean_value(value)
+            rules.check_key(key)
+            clean = rules.clean_value(value)
             written = self._set_locked(
                 connection,
                 user_id,
@@ -60,13 +63,15 @@ class LockedWrites(MemoryReader):
                 source,
                 conversation_id,
                 expires_at,
+                scope,
             )
             return written.entry, written.total_tokens
-        self.rules.check_key_format(key)
-        row = connection.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
+        rules.check_key_format(key)
+        at_key = {"user_id": user_id, "scope": scope, "key": key}
+        row = connection.execute(ENTRY_AT_KEY, at_key).first()
         if row is not None:
             self._delete_locked(connection, user_id, row, source, conversation_id)
-        return None, self._total(connection, user_id)
+        return None, self._total(connection, user_id, scope)
 
     def _set_locked(
         self,
@@ -78,10 +83,13 @@ class LockedWrites(MemoryReader):
         source: ChangeSource,
         conversation_id: str | None,
         expires_at: datetime | None = None,
+        scope: str = "",
     ) -> Written:
-        """`set` inside a transaction that holds the user's lock (the value already clean)."""
-        row = connection.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
-        total = self._total(connection, user_id)
+        """`set` in the layer `scope` inside a transaction that holds the user's lock (the
+        value already clean, the key checked against the layer's rules)."""
+        at_key = {"user_id": user_id, "scope": scope, "key": key}
+        row = connection.execute(ENTRY_AT_KEY, at_key).first()
+        total = self._total(connection, user_id, scope)
         if row is not None and not Entry(*row[1:]).live(self.clock()):
             # An expired entry is gone from memory: the write starts the key anew.
             drop_expired(connection, self.history_log, user_id, row)
@@ -96,10 +104,10 @@ class LockedWrites(MemoryReader):
                 entry = dataclasses.replace(entry, expires_at=expires_at)
             return Written(entry=entry, created=False, total_tokens=total)
         replaced = row.token_count if row else 0
-        self._check_limit(total, tokens, replaced=replaced)
+        self._check_limit(total, tokens, replaced=replaced, scope=scope)
         now = utcnow()
         if row is None:
-            entry = Entry(key, value, tokens, source, now, now, expires_at)
+            entry = Entry(key, value, tokens, source, now, now, expires_at, scope=scope)
             connection.execute(
                 statements.INSERT_ENTRY,
                 {
@@ -111,10 +119,11 @@ class LockedWrites(MemoryReader):
                     "created_at": now,
                     "updated_at": now,
                     "expires_at": expires_at,
+                    "scope": scope,
                 },
             )
         else:
-            entry = Entry(key, value, tokens, source, row.created_at, now, expires_at)
+            entry = Entry(key, value, tokens, source, row.created_at, now, expires_at, scope=scope)
             connection.execute(
                 statements.REPLACE_ENTRY,
                 {
@@ -135,6 +144,7 @@ class LockedWrites(MemoryReader):
             value,
             source,
             conversation_id,
+            scope,
         )
         connection.execute(statements.BUMP, {"user_id": user_id})
         return Written(
@@ -161,15 +171,23 @@ class LockedWrites(MemoryReader):
             return entry, None
         connection.execute(statements.DELETE_ENTRY, {"entry_id": row.id})
         change_id = self._record(
-            connection, user_id, row.key, "delete", row.value, None, source, conversation_id
+            connection,
+            user_id,
+            row.key,
+            "delete",
+            row.value,
+            None,
+            source,
+            conversation_id,
+            row.scope,
         )
         connection.execute(statements.BUMP, {"user_id": user_id})
         return entry, change_id
 
-    def _total(self, connection: Executor, user_id: str) -> int:
-        """The user's tokens now (expired entries count for nothing)."""
+    def _total(self, connection: Executor, user_id: str, scope: str = "") -> int:
+        """The tokens of the user's layer `scope` now (expired entries count for nothing)."""
         total: int = connection.execute(
-            statements.TOTAL, {"user_id": user_id, "now": self.clock()}
+            statements.TOTAL, {"user_id": user_id, "scope": scope, "now": self.clock()}
         ).scalar_one()
         return total
 
@@ -187,19 +205,29 @@ class LockedWrites(MemoryReader):
         new_value: str | None,
         source: ChangeSource,
         conversation_id: str | None,
+        scope: str = "",
     ) -> int | None:
         """Record a change and drop the user's expired ones, in the write's transaction."""
         self.history_log.prune(connection, user_id)
         return self.history_log.record(
-            connection, user_id, key, op, old_value, new_value, source, conversation_id
+            connection,
+            user_id,
+            key,
+            op,
+            old_value,
+            new_value,
+            source,
+            conversation_id,
+            scope=scope,
         )
 
-    def _check_limit(self, total: int, requested: int, *, replaced: int) -> None:
-        limit = self.rules.token_limit
+    def _check_limit(self, total: int, requested: int, *, replaced: int, scope: str = "") -> None:
+        limit = self.rules.layer(scope).token_limit
         if limit is not None and total - replaced + requested > limit:
             raise MemoryFull(
-                f"storing {requested} tokens would take memory to {total - replaced + requested} "
-                f"tokens, over the limit of {limit}",
+                f"storing {requested} tokens would take "
+                + (f"scope {scope!r}" if scope else "memory")
+                + f" to {total - replaced + requested} tokens, over the limit of {limit}",
                 token_limit=limit,
                 total_tokens=total,
                 requested_tokens=requested,

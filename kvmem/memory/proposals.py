@@ -9,7 +9,8 @@ write with source `agent` under `MemoryStore`'s rules, in the same transaction t
 proposal: a refused accept leaves it pending, and of two accepts of one proposal (two
 replicas, say) one applies it and the other finds it gone. A newer proposal for a key
 replaces a pending older one; at most `MAX_PENDING` are kept per user, the oldest dropped.
-Every query is scoped by `user_id`. It knows nothing of HTTP nor of the agent.
+A proposal belongs to one layer of the user's memory (their own, or a scope: `scope`), and
+each call acts on one layer. Every query is scoped by `user_id`. It knows nothing of HTTP nor of the agent.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Proposal:
     conversation_id: str | None
     created_at: datetime
     expires_at: datetime | None = None  # when the entry a kept set makes expires
+    scope: str = ""  # the layer it writes to: "" the person's own, else the scope
 
     def as_json(self) -> dict[str, Any]:
         """The proposal as the API shows it."""
@@ -81,13 +83,19 @@ _PENDING = select(
     MemoryProposal.conversation_id,
     MemoryProposal.created_at,
     MemoryProposal.expires_at,
+    MemoryProposal.scope,
 )
 
 
 def _proposal(row: Sequence[Any]) -> Proposal:
     """A `_PENDING` row as a `Proposal` (its `op` holds only what `propose` writes)."""
-    proposal_id, key, op, value, conversation_id, created_at, expires_at = row
-    return Proposal(proposal_id, key, op, value, conversation_id, created_at, expires_at)
+    proposal_id, key, op, value, conversation_id, created_at, expires_at, scope = row
+    return Proposal(proposal_id, key, op, value, conversation_id, created_at, expires_at, scope)
+
+
+def _of_layer(user_id: str, scope: str) -> Any:
+    """The condition: a proposal of this user's layer `scope`."""
+    return (MemoryProposal.user_id == user_id) & (MemoryProposal.scope == scope)
 
 
 class ProposalStore:
@@ -107,16 +115,18 @@ class ProposalStore:
         guard: Callable[[], None] | None = None,
         since: datetime | None = None,
         expires_at: datetime | None = None,
+        scope: str = "",
     ) -> Proposal:
-        """Hold a set of `key` to `value` (a delete when `value` is None) for review; a set
-        may carry the moment its entry will expire (`expires_at`, in the future).
+        """Hold a set of `key` of the layer `scope` to `value` (a delete when `value` is
+        None) for review; a set may carry the moment its entry will expire (`expires_at`, in
+        the future).
 
         Refused as the write would be: a bad or not allowed key, an empty or too long value,
         a delete of a key that holds nothing. `guard` runs just before the commit, and
         `since` (when the agent run began) refuses it with `UserErased` if the user was
         erased since, as for `MemoryStore.set`.
         """
-        rules = self.store.rules
+        rules = self.store.rules.layer(scope)
         if value is None:
             rules.check_key_format(key)
         else:
@@ -133,14 +143,18 @@ class ProposalStore:
                 value is None
                 and session.scalar(
                     select(MemoryEntry.id).where(
-                        MemoryEntry.user_id == user_id, MemoryEntry.key == key
+                        MemoryEntry.user_id == user_id,
+                        MemoryEntry.scope == scope,
+                        MemoryEntry.key == key,
                     )
                 )
                 is None
             ):
                 raise NotFound(f"no memory with key {key!r}")
             mine = MemoryProposal.user_id == user_id
-            session.execute(delete(MemoryProposal).where(mine, MemoryProposal.key == key))
+            session.execute(
+                delete(MemoryProposal).where(_of_layer(user_id, scope), MemoryProposal.key == key)
+            )
             now = utcnow()
             proposal_id = session.execute(
                 insert(MemoryProposal)
@@ -152,6 +166,7 @@ class ProposalStore:
                     conversation_id=conversation_id,
                     created_at=now,
                     expires_at=expires_at,
+                    scope=scope,
                 )
                 .returning(MemoryProposal.id)
             ).scalar_one()
@@ -167,17 +182,17 @@ class ProposalStore:
             if guard is not None:
                 guard()
         op: ProposalOp = "set" if value is not None else "delete"
-        return Proposal(proposal_id, key, op, value, conversation_id, now, expires_at)
+        return Proposal(proposal_id, key, op, value, conversation_id, now, expires_at, scope)
 
-    def pending(self, user_id: str) -> tuple[Proposal, ...]:
-        """The user's pending proposals, newest first."""
+    def pending(self, user_id: str, scope: str = "") -> tuple[Proposal, ...]:
+        """The pending proposals of one layer of the user, newest first."""
         with self.database.reading() as session:
             rows = session.execute(
-                _PENDING.where(MemoryProposal.user_id == user_id).order_by(MemoryProposal.id.desc())
+                _PENDING.where(_of_layer(user_id, scope)).order_by(MemoryProposal.id.desc())
             ).all()
         return tuple(_proposal(row) for row in rows)
 
-    def accept(self, user_id: str, proposal_id: int) -> Accepted:
+    def accept(self, user_id: str, proposal_id: int, scope: str = "") -> Accepted:
         """Apply the proposal as a write with source `agent` and its conversation, under every
         write rule at this moment, and drop it; `NotFound` when it is not this user's pending
         one. A refused write (`MemoryFull`, `InvalidMemory`) leaves it pending. Accepting a
@@ -185,7 +200,7 @@ class ProposalStore:
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
             row = session.execute(
-                _PENDING.where(MemoryProposal.user_id == user_id, MemoryProposal.id == proposal_id)
+                _PENDING.where(_of_layer(user_id, scope), MemoryProposal.id == proposal_id)
             ).first()
             if row is None:
                 raise NotFound(f"no pending proposal {proposal_id}")
@@ -200,30 +215,31 @@ class ProposalStore:
                 "agent",
                 conversation_id=proposal.conversation_id,
                 expires_at=proposal.expires_at,
+                scope=scope,
             )
             session.execute(delete(MemoryProposal).where(MemoryProposal.id == proposal_id))
         return Accepted(entry, total)
 
-    def reject(self, user_id: str, proposal_id: int) -> None:
-        """Drop the proposal; `NotFound` when it is not this user's pending one."""
+    def reject(self, user_id: str, proposal_id: int, scope: str = "") -> None:
+        """Drop the proposal; `NotFound` when it is not a pending one of this user's layer."""
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
             dropped = rowcount(
                 session.execute(
                     delete(MemoryProposal).where(
-                        MemoryProposal.user_id == user_id, MemoryProposal.id == proposal_id
+                        _of_layer(user_id, scope), MemoryProposal.id == proposal_id
                     )
                 )
             )
         if not dropped:
             raise NotFound(f"no pending proposal {proposal_id}")
 
-    def reject_all(self, user_id: str) -> int:
-        """Drop every pending proposal of the user; how many."""
+    def reject_all(self, user_id: str, scope: str = "") -> int:
+        """Drop every pending proposal of one layer of the user; how many."""
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
             return rowcount(
-                session.execute(delete(MemoryProposal).where(MemoryProposal.user_id == user_id))
+                session.execute(delete(MemoryProposal).where(_of_layer(user_id, scope)))
             )
 
     def user_review(self, user_id: str) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, false, func, or_, select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
@@ -42,9 +42,33 @@ _SNAPSHOT = (
         MemoryEntry.updated_at,
         MemoryEntry.expires_at,
         MemoryEntry.expired,
+        MemoryEntry.scope,
     )
-    .where(MemoryEntry.user_id == bindparam("user_id"))
+    # The person's own layer and the turn's scope ("own" is always "", and so is "scope" on
+    # an unscoped read): one read either way.
+    .where(
+        MemoryEntry.user_id == bindparam("user_id"),
+        MemoryEntry.scope.in_([bindparam("own"), bindparam("scope")]),
+    )
     .order_by(MemoryEntry.updated_at, MemoryEntry.id)
+)
+# Every layer of the user (an export of everything), by scope: not on a chat's path, not cached.
+_ALL_LAYERS = (
+    select(*_SNAPSHOT.selected_columns)
+    .where(MemoryEntry.user_id == bindparam("user_id"))
+    .order_by(MemoryEntry.scope, MemoryEntry.updated_at, MemoryEntry.id)
+)
+# The user's scopes that hold memory now, with their entries and tokens.
+_SCOPES = (
+    select(MemoryEntry.scope, func.count(), func.sum(MemoryEntry.token_count))
+    .where(
+        MemoryEntry.user_id == bindparam("user_id"),
+        MemoryEntry.scope != "",
+        MemoryEntry.expired == false(),
+        or_(MemoryEntry.expires_at.is_(None), MemoryEntry.expires_at > bindparam("now")),
+    )
+    .group_by(MemoryEntry.scope)
+    .order_by(MemoryEntry.scope)
 )
 _USER_STATE = select(User.memories_enabled, User.memory_version, User.created_at).where(
     User.id == bindparam("user_id")
@@ -60,7 +84,12 @@ ENTRY_AT_KEY = select(
     MemoryEntry.updated_at,
     MemoryEntry.expires_at,
     MemoryEntry.expired,
-).where(MemoryEntry.user_id == bindparam("user_id"), MemoryEntry.key == bindparam("key"))
+    MemoryEntry.scope,
+).where(
+    MemoryEntry.user_id == bindparam("user_id"),
+    MemoryEntry.scope == bindparam("scope"),
+    MemoryEntry.key == bindparam("key"),
+)
 _MEMORIES_ENABLED = select(User.memories_enabled).where(User.id == bindparam("user_id"))
 
 
@@ -111,28 +140,33 @@ class Loaded:
 _NOTHING = Loaded((), (), None)
 
 
+# Whose entries a read is of: the user, and the scope read beside their own ("" for none).
+Reader = tuple[str, str]
+
+
 class EntryCache:
-    """The last entries read per user, tagged with the user's memory version (bounded LRU)."""
+    """The last entries read per user (and scope), tagged with the user's memory version
+    (bounded LRU)."""
 
     def __init__(self, size: int = 1024) -> None:
         self.size = size
-        self._items: OrderedDict[str, tuple[Version, Loaded]] = OrderedDict()
+        self._items: OrderedDict[Reader, tuple[Version, Loaded]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, user_id: str, version: Version) -> Loaded | None:
+    def get(self, reader: Reader, version: Version) -> Loaded | None:
         """The cached entries if they were read at `version`."""
         with self._lock:
-            item = self._items.get(user_id)
+            item = self._items.get(reader)
             if item is None or item[0] != version:
                 return None
-            self._items.move_to_end(user_id)
+            self._items.move_to_end(reader)
             return item[1]
 
-    def put(self, user_id: str, version: Version, entries: Loaded) -> None:
+    def put(self, reader: Reader, version: Version, entries: Loaded) -> None:
         """Remember the entries read at `version`."""
         with self._lock:
-            self._items[user_id] = (version, entries)
-            self._items.move_to_end(user_id)
+            self._items[reader] = (version, entries)
+            self._items.move_to_end(reader)
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
 
@@ -156,28 +190,56 @@ class MemoryReader:
         if database.dialect == "sqlite":
             self._sqlite_reads = _sqlite_reads(database.engine.dialect)
 
-    def snapshot(self, user_id: str) -> Snapshot:
+    def snapshot(self, user_id: str, scope: str = "") -> Snapshot:
         """The user's entries that are memory now, oldest first, and whether they want memory
-        used. An entry found due to expire is expired first (`expire_due`)."""
-        loaded, enabled = self._settled(user_id)
+        used: their own and, given a `scope`, that scope's (each `Entry` says which). An entry
+        found due to expire is expired first (`expire_due`)."""
+        loaded, enabled = self._settled(user_id, scope)
         return Snapshot(entries=loaded.entries_at(self.clock()), memories_enabled=enabled)
 
-    def entries_with_expired(self, user_id: str) -> tuple[Entry, ...]:
-        """Every entry row of the user, expired ones too, oldest first."""
-        return self._settled(user_id)[0].rows
+    def entries_with_expired(self, user_id: str, scope: str = "") -> tuple[Entry, ...]:
+        """Every entry row of one layer of the user (`scope`; "" their own), expired ones
+        too, oldest first."""
+        rows = self._settled(user_id, scope)[0].rows
+        return rows if scope == "" else tuple(row for row in rows if row.scope == scope)
+
+    def layer(self, user_id: str, scope: str = "") -> Snapshot:
+        """`snapshot` of one layer only: the user's own entries (`scope` ""), or the scope's."""
+        snapshot = self.snapshot(user_id, scope)
+        if scope == "":
+            return snapshot
+        entries = tuple(entry for entry in snapshot.entries if entry.scope == scope)
+        return Snapshot(entries=entries, memories_enabled=snapshot.memories_enabled)
+
+    def every_layer(self, user_id: str) -> Snapshot:
+        """The user's entries that are memory now in every layer: their own, then each scope
+        by name, each oldest first (an export of everything)."""
+        enabled = self.snapshot(user_id).memories_enabled  # expires what is due first
+        now = self.clock()
+        with self.database.reading() as session:
+            rows = session.execute(_ALL_LAYERS, {"user_id": user_id}).all()
+        entries = tuple(entry for entry in (Entry(*row) for row in rows) if entry.live(now))
+        return Snapshot(entries=entries, memories_enabled=enabled)
+
+    def scopes(self, user_id: str) -> list[tuple[str, int, int]]:
+        """The user's scopes that hold memory now, by name: (scope, entries, tokens)."""
+        self.settle(user_id)
+        with self.database.reading() as session:
+            rows = session.execute(_SCOPES, {"user_id": user_id, "now": self.clock()}).all()
+        return [(scope, count, int(tokens or 0)) for scope, count, tokens in rows]
 
     def settle(self, user_id: str) -> None:
         """Expire the user's entries whose time has come, so that what a route reads next
         (history above all) shows it."""
-        self._settled(user_id)
+        self._settled(user_id, "")
 
     def expire_due(self, user_id: str, now: datetime) -> int:
         """Expire the user's entries due at `now`: a write, which `MemoryStore` makes; a
         reader alone only leaves them out of what it answers."""
         return 0
 
-    def _settled(self, user_id: str) -> tuple[Loaded, bool]:
-        loaded, enabled = self._loaded(user_id)
+    def _settled(self, user_id: str, scope: str) -> tuple[Loaded, bool]:
+        loaded, enabled = self._loaded(user_id, scope)
         # One comparison on every chat request; a write only when an entry's time has come.
         due = loaded.due_at is not None and loaded.due_at <= self.clock()
         if not due:
@@ -189,29 +251,31 @@ class MemoryReader:
             # entries all the same (`Loaded.entries_at`); the next read or the sweep marks them.
             log.warning("could not expire the due entries of %s now: %s", user_id, exc)
             return loaded, enabled
-        return self._loaded(user_id) if expired else (loaded, enabled)
+        return self._loaded(user_id, scope) if expired else (loaded, enabled)
 
-    def _loaded(self, user_id: str) -> tuple[Loaded, bool]:
-        """The user's entry rows and opt-out switch."""
+    def _loaded(self, user_id: str, scope: str) -> tuple[Loaded, bool]:
+        """The user's entry rows (their own and `scope`'s) and opt-out switch."""
         # This read is on every chat request's path: one small row tells whether the entries
         # read before are still current; only when they are not are they read again (as
         # plain column rows, not ORM objects).
         if self.database.dialect == "sqlite":
-            return self._sqlite_loaded(user_id)
+            return self._sqlite_loaded(user_id, scope)
         with self.database.reading() as session:
             connection = session.connection()
             user = connection.execute(_USER_STATE, {"user_id": user_id}).first()
             if user is None:  # no row, no entries (they reference it)
                 return _NOTHING, True
             version = (user.created_at, user.memory_version)
-            loaded = self._cache.get(user_id, version)
+            loaded = self._cache.get((user_id, scope), version)
             if loaded is None:
-                rows = connection.execute(_SNAPSHOT, {"user_id": user_id}).all()
+                rows = connection.execute(
+                    _SNAPSHOT, {"user_id": user_id, "own": "", "scope": scope}
+                ).all()
                 loaded = Loaded.of(tuple(Entry(*row) for row in rows))
-                self._cache.put(user_id, version, loaded)
+                self._cache.put((user_id, scope), version, loaded)
         return loaded, user.memories_enabled
 
-    def _sqlite_loaded(self, user_id: str) -> tuple[Loaded, bool]:
+    def _sqlite_loaded(self, user_id: str, scope: str) -> tuple[Loaded, bool]:
         """`_loaded` on SQLite's own connection (see `Database.reading_cursor`)."""
         user_state, snapshot, processors = self._sqlite_reads
         with self.database.reading_cursor() as cursor:
@@ -220,7 +284,7 @@ class MemoryReader:
                 return _NOTHING, True
             memories_enabled, memory_version, created_at = user
             version = (created_at, memory_version)
-            loaded = self._cache.get(user_id, version)
+            loaded = self._cache.get((user_id, scope), version)
             if loaded is None:
                 entries = tuple(
                     Entry(
@@ -229,19 +293,22 @@ class MemoryReader:
                             for process, value in zip(processors, row, strict=True)
                         )
                     )
-                    for row in cursor.execute(snapshot, (user_id,)).fetchall()
+                    for row in cursor.execute(snapshot, (user_id, "", scope)).fetchall()
                 )
                 loaded = Loaded.of(entries)
-                self._cache.put(user_id, version, loaded)
+                self._cache.put((user_id, scope), version, loaded)
         return loaded, bool(memories_enabled)
 
-    def get(self, user_id: str, key: str) -> Entry:
-        """The entry at `key`, or `NotFound` (also once it expired)."""
+    def get(self, user_id: str, key: str, scope: str = "") -> Entry:
+        """The entry at `key` (of `scope`; "" the user's own), or `NotFound` (also once it
+        expired)."""
         self.rules.check_key_format(key)
         self.settle(user_id)
         with self.database.reading() as session:
-            row = session.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
-        entry = Entry(*row[1:]) if row is not None else None
+            row = session.execute(
+                ENTRY_AT_KEY, {"user_id": user_id, "scope": scope, "key": key}
+            ).first()
+        entry = Entry(*row[1:10]) if row is not None else None
         if entry is None or not entry.live(self.clock()):
             raise NotFound(f"no memory with key {key!r}")
         return entry
@@ -258,45 +325,57 @@ class MemoryReader:
         key: str | None = None,
         limit: int = 50,
         before: int | None = None,
+        scope: str = "",
     ) -> HistoryPage:
-        """The user's changes (of one key, if given) newest first, paged by id."""
+        """The changes of one layer of the user (of one key, if given) newest first, paged
+        by id."""
         if key is not None:
             self.rules.check_key_format(key)
         self.settle(user_id)
         with self.database.reading() as session:
-            return self.history_log.page(session, user_id, key=key, limit=limit, before=before)
+            return self.history_log.page(
+                session, user_id, key=key, limit=limit, before=before, scope=scope
+            )
 
-    def key_history(self, user_id: str, key: str) -> tuple[Change, ...]:
+    def key_history(self, user_id: str, key: str, scope: str = "") -> tuple[Change, ...]:
         """Every kept change of `key`, newest first (also after a delete); `NotFound` when
         the key has neither an entry nor a change."""
         self.rules.check_key_format(key)
         self.settle(user_id)
         with self.database.reading() as session:
-            changes = self.history_log.of_key(session, user_id, key)
-            if not changes and not self._has_entry(session, user_id, key):
+            changes = self.history_log.of_key(session, user_id, key, scope)
+            if not changes and not self._has_entry(session, user_id, key, scope):
                 raise NotFound(f"no memory and no history with key {key!r}")
             return changes
 
     def key_history_page(
-        self, user_id: str, key: str, limit: int = 50, before: int | None = None
+        self,
+        user_id: str,
+        key: str,
+        limit: int = 50,
+        before: int | None = None,
+        scope: str = "",
     ) -> HistoryPage:
         """`key_history` a page at a time (newest first, paged by id as `history`);
         `NotFound` when the key has neither an entry nor a kept change."""
         self.rules.check_key_format(key)
         self.settle(user_id)
         with self.database.reading() as session:
-            page = self.history_log.page(session, user_id, key=key, limit=limit, before=before)
+            page = self.history_log.page(
+                session, user_id, key=key, limit=limit, before=before, scope=scope
+            )
             if page.changes:
                 return page
             if (
                 before is not None
-                and self.history_log.page(session, user_id, key=key, limit=1).changes
+                and self.history_log.page(session, user_id, key=key, limit=1, scope=scope).changes
             ):
                 return page  # past the last page of a key that has changes
-            if not self._has_entry(session, user_id, key):
+            if not self._has_entry(session, user_id, key, scope):
                 raise NotFound(f"no memory and no history with key {key!r}")
             return page
 
     @staticmethod
-    def _has_entry(session: Session, user_id: str, key: str) -> bool:
-        return session.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first() is not None
+    def _has_entry(session: Session, user_id: str, key: str, scope: str) -> bool:
+        at_key = {"user_id": user_id, "scope": scope, "key": key}
+        return session.execute(ENTRY_AT_KEY, at_key).first() is not None

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import anyio.to_thread
+from sqlalchemy.engine import Connection
 
 from kvmem.db.driver_connection import Executor
 from kvmem.db.engine import Database, rowcount
@@ -40,6 +41,8 @@ from kvmem.memory.expiry import check_future
 from kvmem.memory.group_commit import GroupCommit, Prepare
 from kvmem.memory.history import ChangeLog, ChangeSource
 from kvmem.memory.imports import (
+    Counted,
+    LayerImport,
     check_import_limit,
     check_unchanged,
     count_document,
@@ -82,8 +85,11 @@ class MemoryStore(LockedWrites):
         guard: Callable[[], None] | None = None,
         since: datetime | None = None,
         expires_at: datetime | None = None,
+        scope: str = "",
     ) -> Written:
-        """Create or replace the entry at `key`; `MemoryFull` if it would pass `tokenLimit`.
+        """Create or replace the entry at `key` of the layer `scope` ("": the user's own, else
+        a scope, checked by `MemoryRules.scope`); `MemoryFull` if it would pass that layer's
+        `tokenLimit`.
 
         The entry expires at `expires_at` (which must be in the future), or never.
         The change is recorded with `source` and `conversation_id` (the conversation whose
@@ -93,7 +99,9 @@ class MemoryStore(LockedWrites):
         user was erased after that (every writer passes it: an agent run, a request, a
         command; erasure is final).
         """
-        prepare = self._set_write(user_id, key, value, source, conversation_id, since, expires_at)
+        prepare = self._set_write(
+            user_id, key, value, source, conversation_id, since, expires_at, scope
+        )
         # A guarded write runs alone, its guard checked right before its own COMMIT.
         future = self._group.submit(prepare) if self._group and guard is None else None
         if future is not None:
@@ -115,10 +123,13 @@ class MemoryStore(LockedWrites):
         conversation_id: str | None = None,
         since: datetime | None = None,
         expires_at: datetime | None = None,
+        scope: str = "",
     ) -> Written:
         """`set` for the event loop: awaits the writer thread (group commit) instead of
         holding a worker thread, or runs `set` in one when there is no writer thread."""
-        prepare = self._set_write(user_id, key, value, source, conversation_id, since, expires_at)
+        prepare = self._set_write(
+            user_id, key, value, source, conversation_id, since, expires_at, scope
+        )
         future = self._group.submit(prepare) if self._group else None
         if future is None:
             return await anyio.to_thread.run_sync(
@@ -131,6 +142,7 @@ class MemoryStore(LockedWrites):
                     conversation_id=conversation_id,
                     since=since,
                     expires_at=expires_at,
+                    scope=scope,
                 )
             )
         # Shielded: once queued the write is made even if the caller goes away, as a
@@ -165,13 +177,15 @@ class MemoryStore(LockedWrites):
         conversation_id: str | None,
         since: datetime | None = None,
         expires_at: datetime | None = None,
+        scope: str = "",
     ) -> Prepare:
         """`set` in two steps: checking and counting the value (no transaction), then
         writing it on a connection whose transaction the caller owns."""
 
         def prepare() -> Callable[[Executor], Written]:
-            self.rules.check_key(key)
-            clean = self.rules.clean_value(value)
+            rules = self.rules.layer(scope)
+            rules.check_key(key)
+            clean = rules.clean_value(value)
             if expires_at is not None:
                 check_future(expires_at, self.clock())
             tokens = self.tokens.count(clean)
@@ -181,7 +195,15 @@ class MemoryStore(LockedWrites):
                 if since is not None:
                     check_not_erased(connection, user_id, since)
                 return self._set_locked(
-                    connection, user_id, key, clean, tokens, source, conversation_id, expires_at
+                    connection,
+                    user_id,
+                    key,
+                    clean,
+                    tokens,
+                    source,
+                    conversation_id,
+                    expires_at,
+                    scope,
                 )
 
             return write
@@ -197,15 +219,17 @@ class MemoryStore(LockedWrites):
         conversation_id: str | None = None,
         guard: Callable[[], None] | None = None,
         since: datetime | None = None,
+        scope: str = "",
     ) -> Entry:
         """Remove the entry at `key` and return it, or `NotFound`; the rest as for `set`."""
-        self.rules.check_key_format(key)
+        self.rules.layer(scope).check_key_format(key)
         with self.database.writing_prebuilt() as connection:
             # Every write takes the user's lock first: one lock order for all writers.
             self.database.lock_user(connection, user_id)
             if since is not None:
                 check_not_erased(connection, user_id, since)
-            row = connection.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
+            at_key = {"user_id": user_id, "scope": scope, "key": key}
+            row = connection.execute(ENTRY_AT_KEY, at_key).first()
             if row is None:
                 raise NotFound(f"no memory with key {key!r}")
             entry, _ = self._delete_locked(connection, user_id, row, source, conversation_id)
@@ -213,14 +237,15 @@ class MemoryStore(LockedWrites):
                 guard()
             return entry
 
-    def clear(self, user_id: str) -> int:
-        """Remove all of the user's entries, their history and the agent's pending proposals;
-        the number of entries removed."""
+    def clear(self, user_id: str, scope: str = "") -> int:
+        """Remove all entries of one layer of the user (`scope`; "" their own), its history
+        and the agent's pending proposals for it; the number of entries removed."""
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
-            result = connection.execute(statements.DELETE_ENTRIES, {"user_id": user_id})
-            self.history_log.clear(connection, user_id)
-            connection.execute(statements.DELETE_PROPOSALS, {"user_id": user_id})
+            layer = {"user_id": user_id, "scope": scope}
+            result = connection.execute(statements.DELETE_ENTRIES, layer)
+            self.history_log.clear(connection, user_id, scope)
+            connection.execute(statements.DELETE_PROPOSALS, layer)
             connection.execute(statements.BUMP, {"user_id": user_id})
             return rowcount(result)
 
@@ -233,91 +258,133 @@ class MemoryStore(LockedWrites):
         expected: dict[str, str | None] | None = None,
         expires: Mapping[str, datetime] | None = None,
         since: datetime | None = None,
+        scope: str = "",
     ) -> Imported:
-        """Write many entries at once, all or none, with source `import`.
+        """Write many entries into one layer (`scope`; "" the user's own) at once, all or
+        none, with source `import`.
 
-        Every entry is checked against every rule, and the resulting total against
-        `tokenLimit`, before anything is written; the error names the offending `key` in its
-        details. A key twice in one document is refused. `merge` keeps the user's other
-        entries; `replace` deletes them (each delete recorded). With `expected` (key: the
-        value it was read with, None for none), `ChangedMeanwhile` unless each still holds it
-        (an expired entry holds none). `expires` gives keys their expiry; an entry whose
-        expiry has passed is not imported (it is no memory any more). `since` as for `set`.
+        Every entry is checked against every rule of the layer, and the resulting total
+        against its `tokenLimit`, before anything is written; the error names the offending
+        `key` in its details. A key twice in one document is refused. `merge` keeps the
+        layer's other entries; `replace` deletes them (each delete recorded). With `expected`
+        (key: the value it was read with, None for none), `ChangedMeanwhile` unless each still
+        holds it (an expired entry holds none). `expires` gives keys their expiry; an entry
+        whose expiry has passed is not imported (it is no memory any more). `since` as for
+        `set`.
         """
-        moment, given = self.clock(), expires or {}
-        expires = {key: at for key, at in given.items() if at > moment}
-        past = given.keys() - expires.keys()
-        counted = count_document(self.rules, self.tokens, [i for i in items if i[0] not in past])
+        layer = LayerImport(list(items), expected, expires or {})
+        return self.import_layers(user_id, {scope: layer}, mode=mode, since=since)[scope]
+
+    def import_layers(
+        self,
+        user_id: str,
+        layers: Mapping[str, LayerImport],
+        *,
+        mode: ImportMode = "merge",
+        since: datetime | None = None,
+    ) -> dict[str, Imported]:
+        """`import_document` for several layers in one transaction, all or none (restoring an
+        export that holds the user's own entries and their scopes'); each layer's result."""
+        moment = self.clock()
+        counted: dict[str, tuple[Counted, dict[str, datetime]]] = {}
+        for scope, layer in layers.items():
+            expires = {key: at for key, at in layer.expires.items() if at > moment}
+            past = layer.expires.keys() - expires.keys()
+            items = [item for item in layer.items if item[0] not in past]
+            counted[scope] = (count_document(self.rules.layer(scope), self.tokens, items), expires)
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
             if since is not None:
                 check_not_erased(connection, user_id, since)
             while expire_due_locked(connection, self.history_log, user_id, moment) == EXPIRE_BATCH:
                 pass  # every due entry marked: what is left unmarked is memory
-            existing = {}
-            for stored in connection.execute(statements.ENTRIES_OF_USER, {"user_id": user_id}):
-                if not stored.expired:
-                    existing[stored.key] = stored
-                elif mode == "replace" or stored.key in counted:  # gone already: no change
-                    connection.execute(statements.DELETE_ENTRY, {"entry_id": stored.id})
-            check_unchanged(existing, expected)
-            dropped = [row for key, row in existing.items() if key not in counted]
-            check_import_limit(
-                self.rules.token_limit, existing, dropped if mode == "replace" else [], counted
-            )
-            changes: list[dict[str, Any]] = []
-            for gone in dropped if mode == "replace" else []:
-                changes.append(import_change(gone.key, "delete", gone.value, None))
-                connection.execute(statements.DELETE_ENTRY, {"entry_id": gone.id})
-            now = utcnow()
-            inserts: list[dict[str, Any]] = []  # one executemany: a new user's import is all new
-            for key, (value, tokens) in counted.items():
-                row = existing.get(key)
-                if row is not None and row.value == value:
-                    if row.expires_at != expires.get(key):
-                        connection.execute(
-                            statements.SET_EXPIRY,
-                            {"entry_id": row.id, "expires_at": expires.get(key)},
-                        )
-                        connection.execute(statements.BUMP, {"user_id": user_id})
-                    continue
-                changes.append(import_change(key, "set", row.value if row else None, value))
-                if row is None:
-                    inserts.append(
-                        {
-                            "user_id": user_id,
-                            "key": key,
-                            "value": value,
-                            "token_count": tokens,
-                            "source": "import",
-                            "created_at": now,
-                            "updated_at": now,
-                            "expires_at": expires.get(key),
-                        },
-                    )
-                else:
+            results = {
+                scope: self._import_locked(
+                    connection, user_id, scope, *counted[scope], layers[scope].expected, mode
+                )
+                for scope in layers
+            }
+        return results
+
+    def _import_locked(
+        self,
+        connection: Connection,
+        user_id: str,
+        scope: str,
+        counted: Counted,
+        expires: dict[str, datetime],
+        expected: dict[str, str | None] | None,
+        mode: ImportMode,
+    ) -> Imported:
+        """One layer of `import_layers`, in its transaction (the user's lock held)."""
+        layer = {"user_id": user_id, "scope": scope}
+        existing = {}
+        for stored in connection.execute(statements.ENTRIES_OF_USER, layer):
+            if not stored.expired:
+                existing[stored.key] = stored
+            elif mode == "replace" or stored.key in counted:  # gone already: no change
+                connection.execute(statements.DELETE_ENTRY, {"entry_id": stored.id})
+        check_unchanged(existing, expected)
+        dropped = [row for key, row in existing.items() if key not in counted]
+        check_import_limit(
+            self.rules.layer(scope).token_limit,
+            existing,
+            dropped if mode == "replace" else [],
+            counted,
+        )
+        changes: list[dict[str, Any]] = []
+        for gone in dropped if mode == "replace" else []:
+            changes.append(import_change(gone.key, "delete", gone.value, None, scope))
+            connection.execute(statements.DELETE_ENTRY, {"entry_id": gone.id})
+        now = utcnow()
+        inserts: list[dict[str, Any]] = []  # one executemany: a new user's import is all new
+        for key, (value, tokens) in counted.items():
+            row = existing.get(key)
+            if row is not None and row.value == value:
+                if row.expires_at != expires.get(key):
                     connection.execute(
-                        statements.REPLACE_ENTRY,
-                        {
-                            "entry_id": row.id,
-                            "value": value,
-                            "token_count": tokens,
-                            "source": "import",
-                            "updated_at": now,
-                            "expires_at": expires.get(key),
-                        },
+                        statements.SET_EXPIRY,
+                        {"entry_id": row.id, "expires_at": expires.get(key)},
                     )
-            if inserts:
-                connection.execute(statements.INSERT_ENTRY, inserts)
-            if changes:
-                self.history_log.prune(connection, user_id)
-                self.history_log.record_many(connection, user_id, changes)
-                connection.execute(statements.BUMP, {"user_id": user_id})
-            total = self._total(connection, user_id)
+                    connection.execute(statements.BUMP, {"user_id": user_id})
+                continue
+            changes.append(import_change(key, "set", row.value if row else None, value, scope))
+            if row is None:
+                inserts.append(
+                    {
+                        "user_id": user_id,
+                        "key": key,
+                        "value": value,
+                        "token_count": tokens,
+                        "source": "import",
+                        "created_at": now,
+                        "updated_at": now,
+                        "expires_at": expires.get(key),
+                        "scope": scope,
+                    },
+                )
+            else:
+                connection.execute(
+                    statements.REPLACE_ENTRY,
+                    {
+                        "entry_id": row.id,
+                        "value": value,
+                        "token_count": tokens,
+                        "source": "import",
+                        "updated_at": now,
+                        "expires_at": expires.get(key),
+                    },
+                )
+        if inserts:
+            connection.execute(statements.INSERT_ENTRY, inserts)
+        if changes:
+            self.history_log.prune(connection, user_id)
+            self.history_log.record_many(connection, user_id, changes)
+            connection.execute(statements.BUMP, {"user_id": user_id})
         return Imported(
             imported=len(counted),
             deleted=len(dropped) if mode == "replace" else 0,
-            total_tokens=total,
+            total_tokens=self._total(connection, user_id, scope),
         )
 
     def revert(
@@ -327,21 +394,25 @@ class MemoryStore(LockedWrites):
         change_id: int,
         *,
         conversation_id: str | None = None,
+        scope: str = "",
     ) -> Reverted:
-        """Set `key` back to its value right after change `change_id` (deleted, if that
-        change was a delete), as a write with source `revert` under every write rule.
+        """Set `key` of the layer `scope` back to its value right after change `change_id`
+        (deleted, if that change was a delete), as a write with source `revert` under every
+        write rule.
 
-        `NotFound` when the change is not this user's, not this key's, or no longer kept.
+        `NotFound` when the change is not this user's, this layer's and this key's, or no
+        longer kept.
         """
-        self.rules.check_key_format(key)
+        rules = self.rules.layer(scope)
+        rules.check_key_format(key)
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
-            target = self.history_log.find(connection, user_id, key, change_id)
+            target = self.history_log.find(connection, user_id, key, change_id, scope)
             if target is None:
                 raise NotFound(f"no change {change_id} of key {key!r}")
             if target.new_value is not None:
-                self.rules.check_key(key)
-                value = self.rules.clean_value(target.new_value)
+                rules.check_key(key)
+                value = rules.clean_value(target.new_value)
                 written = self._set_locked(
                     connection,
                     user_id,
@@ -350,15 +421,17 @@ class MemoryStore(LockedWrites):
                     self.tokens.count(value),
                     "revert",
                     conversation_id,
+                    scope=scope,
                 )
                 return Reverted(written.entry, written.total_tokens, written.change_id)
-            row = connection.execute(ENTRY_AT_KEY, {"user_id": user_id, "key": key}).first()
+            at_key = {"user_id": user_id, "scope": scope, "key": key}
+            row = connection.execute(ENTRY_AT_KEY, at_key).first()
             recorded = None
             if row is not None:
                 _, recorded = self._delete_locked(
                     connection, user_id, row, "revert", conversation_id
                 )
-            return Reverted(None, self._total(connection, user_id), recorded)
+            return Reverted(None, self._total(connection, user_id, scope), recorded)
 
     def clear_history(self, user_id: str) -> int:
         """Erase the user's change history (entries stay); how many changes were erased."""

@@ -14,9 +14,11 @@ BUMP = (
     .where(User.id == bindparam("user_id"))
     .values(memory_version=User.memory_version + 1)
 )
-# The user's tokens at `now`: expired entries, and those due to be, count for nothing.
+# The tokens of one layer of the user (`scope`) at `now`: expired entries, and those due to be,
+# count for nothing. Each layer has its own `tokenLimit`.
 TOTAL = select(func.coalesce(func.sum(MemoryEntry.token_count), 0)).where(
     MemoryEntry.user_id == bindparam("user_id"),
+    MemoryEntry.scope == bindparam("scope"),
     MemoryEntry.expired == false(),
     or_(MemoryEntry.expires_at.is_(None), MemoryEntry.expires_at > bindparam("now")),
 )
@@ -27,7 +29,7 @@ ENTRIES_OF_USER = select(
     MemoryEntry.token_count,
     MemoryEntry.expires_at,
     MemoryEntry.expired,
-).where(MemoryEntry.user_id == bindparam("user_id"))
+).where(MemoryEntry.user_id == bindparam("user_id"), MemoryEntry.scope == bindparam("scope"))
 INSERT_ENTRY = insert(MemoryEntry)
 REPLACE_ENTRY = (
     update(MemoryEntry)
@@ -48,8 +50,13 @@ SET_EXPIRY = (
     .values(expires_at=bindparam("expires_at"))
 )
 DELETE_ENTRY = delete(MemoryEntry).where(MemoryEntry.id == bindparam("entry_id"))
-DELETE_ENTRIES = delete(MemoryEntry).where(MemoryEntry.user_id == bindparam("user_id"))
-DELETE_PROPOSALS = delete(MemoryProposal).where(MemoryProposal.user_id == bindparam("user_id"))
+# One layer's entries and proposals (`scope`; "" the person's own).
+DELETE_ENTRIES = delete(MemoryEntry).where(
+    MemoryEntry.user_id == bindparam("user_id"), MemoryEntry.scope == bindparam("scope")
+)
+DELETE_PROPOSALS = delete(MemoryProposal).where(
+    MemoryProposal.user_id == bindparam("user_id"), MemoryProposal.scope == bindparam("scope")
+)
 SET_ENABLED = (
     update(User).where(User.id == bindparam("user_id")).values(memories_enabled=bindparam("on"))
 )

@@ -41,9 +41,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_memory_entries")),
         sa.UniqueConstraint("user_id", "key", name=op.f("uq_memory_entries_user_id")),
     )
-    op.create_index(
-        "ix_memory_entries_user_updated", "memory_entries", ["user_id", "updated_at"]
-    )
+    op.create_index("ix_memory_entries_user_updated", "memory_entries", ["user_id", "updated_at"])
     op.create_table(
         "api_keys",
         sa.Column("id", sa.String(32), nullable=False),

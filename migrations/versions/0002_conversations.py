@@ -30,9 +30,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_conversations")),
     )
-    op.create_index(
-        "ix_conversations_user_updated", "conversations", ["user_id", "updated_at"]
-    )
+    op.create_index("ix_conversations_user_updated", "conversations", ["user_id", "updated_at"])
     op.create_table(
         "messages",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
