@@ -114,8 +114,8 @@ def test_upgrade_to_head_creates_the_memory_tables(engine: Engine) -> None:
             "dialect_options": {},
         },
         {
-            "name": "ix_memory_entries_user_updated",
-            "column_names": ["user_id", "updated_at"],
+            "name": "ix_memory_entries_user_scope_updated",
+            "column_names": ["user_id", "scope", "updated_at"],
             "unique": 0,
             "dialect_options": {},
         },

@@ -277,3 +277,44 @@ def test_a_scoped_read_is_one_statement_as_an_unscoped_one(store: MemoryStore) -
     with sqlite_trace(seen.append):
         store.snapshot("alice", "kitchen")  # nothing changed: only the version is read
     assert len([s for s in seen if s.lstrip().upper().startswith("SELECT")]) == 1
+
+
+@pytest.mark.sqlite_only
+def test_every_per_user_read_of_entries_is_a_search_by_the_users_index(store: MemoryStore) -> None:
+    """Without statistics SQLite once read the token total through `ix_memory_entries_expiry`
+    (every live entry of every user: 23 ms a write at 200,000 entries); each per-user read must
+    search by the user (and layer)."""
+    from kvmem.memory import snapshots, write_statements
+
+    day = "2026-01-01"
+    rows = [(f"u{n}", f"k{k}", "v", 1, "manual", day, day) for n in range(300) for k in range(5)]
+    with store.database.engine.begin() as connection:
+        connection.exec_driver_sql(
+            "INSERT INTO users (id, created_at) VALUES (?, '2026-01-01')",
+            [(f"u{n}",) for n in range(300)],
+        )
+        connection.exec_driver_sql(
+            "INSERT INTO memory_entries (user_id, key, value, token_count, source, created_at, "
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+    dialect = store.database.engine.dialect
+    statements = {
+        "total": write_statements.TOTAL,
+        "layer entries": write_statements.ENTRIES_OF_USER,
+        "snapshot": snapshots._SNAPSHOT,
+        "scoped snapshot": snapshots._SNAPSHOT_SCOPED,
+        "entry at key": snapshots.ENTRY_AT_KEY,
+        "scopes": snapshots._SCOPES,
+    }
+    raw = store.database.engine.raw_connection()
+    try:
+        for name, statement in statements.items():
+            compiled = statement.compile(dialect=dialect)
+            values = {"user_id": "u7", "scope": "", "own": "", "key": "k1", "now": "2026"}
+            parameters = [values.get(p, 0) for p in compiled.positiontup or ()]
+            plan = raw.cursor().execute(f"EXPLAIN QUERY PLAN {compiled}", parameters).fetchall()
+            details = " ".join(str(step[3]) for step in plan)
+            assert "(user_id=?" in details, f"{name}: {details}"
+    finally:
+        raw.close()

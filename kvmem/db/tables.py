@@ -78,7 +78,8 @@ class MemoryEntry(Base):
     __tablename__ = "memory_entries"
     __table_args__ = (
         UniqueConstraint("user_id", "scope", "key", name="uq_memory_entries_user_scope_key"),
-        Index("ix_memory_entries_user_updated", "user_id", "updated_at"),
+        # A turn's read: one layer's rows (two for a scoped turn) in the order they are shown.
+        Index("ix_memory_entries_user_scope_updated", "user_id", "scope", "updated_at"),
         # The sweep's look for entries due to expire, in order, past those already expired.
         Index("ix_memory_entries_expiry", "expired", "expires_at"),
     )

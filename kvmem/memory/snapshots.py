@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, false, func, or_, select
+from sqlalchemy import bindparam, case, func, select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
@@ -29,6 +29,7 @@ from kvmem.entries import Entry, Snapshot, utcnow
 from kvmem.errors import NotFound, StoreUnavailable
 from kvmem.memory.history import Change, ChangeLog, HistoryPage
 from kvmem.memory.rules import MemoryRules
+from kvmem.memory.write_statements import LIVE
 
 log = logging.getLogger("kvmem.store")
 
@@ -44,8 +45,15 @@ _SNAPSHOT = (
         MemoryEntry.expired,
         MemoryEntry.scope,
     )
-    # The person's own layer and the turn's scope ("own" is always "", and so is "scope" on
-    # an unscoped read): one read either way.
+    # An unscoped turn's read: the person's own layer ("scope" is ""), in order off
+    # `ix_memory_entries_user_scope_updated`, no other layer's rows.
+    .where(MemoryEntry.user_id == bindparam("user_id"), MemoryEntry.scope == bindparam("scope"))
+    .order_by(MemoryEntry.updated_at, MemoryEntry.id)
+)
+# A scoped turn's read: the own layer ("own" is "") and the scope's, in one statement (two
+# ranges of the same index, sorted together).
+_SNAPSHOT_SCOPED = (
+    select(*_SNAPSHOT.selected_columns)
     .where(
         MemoryEntry.user_id == bindparam("user_id"),
         MemoryEntry.scope.in_([bindparam("own"), bindparam("scope")]),
@@ -58,16 +66,17 @@ _ALL_LAYERS = (
     .where(MemoryEntry.user_id == bindparam("user_id"))
     .order_by(MemoryEntry.scope, MemoryEntry.updated_at, MemoryEntry.id)
 )
-# The user's scopes that hold memory now, with their entries and tokens.
+# The user's scopes that hold memory now, with their entries and tokens (liveness summed over,
+# not filtered on: see `write_statements.TOTAL`).
 _SCOPES = (
-    select(MemoryEntry.scope, func.count(), func.sum(MemoryEntry.token_count))
-    .where(
-        MemoryEntry.user_id == bindparam("user_id"),
-        MemoryEntry.scope != "",
-        MemoryEntry.expired == false(),
-        or_(MemoryEntry.expires_at.is_(None), MemoryEntry.expires_at > bindparam("now")),
+    select(
+        MemoryEntry.scope,
+        func.sum(case((LIVE, 1), else_=0)),
+        func.sum(case((LIVE, MemoryEntry.token_count), else_=0)),
     )
+    .where(MemoryEntry.user_id == bindparam("user_id"), MemoryEntry.scope != "")
     .group_by(MemoryEntry.scope)
+    .having(func.sum(case((LIVE, 1), else_=0)) > 0)
     .order_by(MemoryEntry.scope)
 )
 _USER_STATE = select(User.memories_enabled, User.memory_version, User.created_at).where(
@@ -94,12 +103,16 @@ _MEMORIES_ENABLED = select(User.memories_enabled).where(User.id == bindparam("us
 
 
 @functools.cache
-def _sqlite_reads(dialect: Dialect) -> tuple[str, str, list[Callable[[Any], Any] | None]]:
-    """`snapshot`'s two statements compiled for SQLite, and what SQLAlchemy would make of each
-    column of the second (text to datetime, say): built once per engine, not per store."""
+def _sqlite_reads(
+    dialect: Dialect,
+) -> tuple[str, str, str, list[Callable[[Any], Any] | None]]:
+    """`snapshot`'s statements compiled for SQLite (the user's version; the own layer's
+    entries; the own layer's and a scope's), and what SQLAlchemy would make of each column of
+    the entries (text to datetime, say): built once per engine, not per store."""
     return (
         str(_USER_STATE.compile(dialect=dialect)),
         str(_SNAPSHOT.compile(dialect=dialect)),
+        str(_SNAPSHOT_SCOPED.compile(dialect=dialect)),
         [
             column.type.dialect_impl(dialect).result_processor(dialect, None)
             for column in _SNAPSHOT.selected_columns
@@ -268,8 +281,9 @@ class MemoryReader:
             version = (user.created_at, user.memory_version)
             loaded = self._cache.get((user_id, scope), version)
             if loaded is None:
+                read = _SNAPSHOT_SCOPED if scope else _SNAPSHOT
                 rows = connection.execute(
-                    _SNAPSHOT, {"user_id": user_id, "own": "", "scope": scope}
+                    read, {"user_id": user_id, "own": "", "scope": scope}
                 ).all()
                 loaded = Loaded.of(tuple(Entry(*row) for row in rows))
                 self._cache.put((user_id, scope), version, loaded)
@@ -277,7 +291,7 @@ class MemoryReader:
 
     def _sqlite_loaded(self, user_id: str, scope: str) -> tuple[Loaded, bool]:
         """`_loaded` on SQLite's own connection (see `Database.reading_cursor`)."""
-        user_state, snapshot, processors = self._sqlite_reads
+        user_state, snapshot, scoped, processors = self._sqlite_reads
         with self.database.reading_cursor() as cursor:
             user = cursor.execute(user_state, (user_id,)).fetchone()
             if user is None:
@@ -286,6 +300,7 @@ class MemoryReader:
             version = (created_at, memory_version)
             loaded = self._cache.get((user_id, scope), version)
             if loaded is None:
+                read = (scoped, (user_id, "", scope)) if scope else (snapshot, (user_id, ""))
                 entries = tuple(
                     Entry(
                         *(
@@ -293,7 +308,7 @@ class MemoryReader:
                             for process, value in zip(processors, row, strict=True)
                         )
                     )
-                    for row in cursor.execute(snapshot, (user_id, "", scope)).fetchall()
+                    for row in cursor.execute(*read).fetchall()
                 )
                 loaded = Loaded.of(entries)
                 self._cache.put((user_id, scope), version, loaded)

@@ -5,7 +5,7 @@ transaction's connection (SQLAlchemy's, or on SQLite the bare sqlite3 connection
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, delete, false, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, case, delete, false, func, insert, or_, select, update
 
 from kvmem.db.tables import MemoryEntry, MemoryProposal, User
 
@@ -15,12 +15,15 @@ BUMP = (
     .values(memory_version=User.memory_version + 1)
 )
 # The tokens of one layer of the user (`scope`) at `now`: expired entries, and those due to be,
-# count for nothing. Each layer has its own `tokenLimit`.
-TOTAL = select(func.coalesce(func.sum(MemoryEntry.token_count), 0)).where(
-    MemoryEntry.user_id == bindparam("user_id"),
-    MemoryEntry.scope == bindparam("scope"),
+# count for nothing. Each layer has its own `tokenLimit`. Liveness is summed over, not filtered
+# on: a filter on `expired` let SQLite (no statistics) read `ix_memory_entries_expiry`, every
+# live entry of every user, instead of the user's rows (23 ms a write at 200,000 entries).
+LIVE = and_(
     MemoryEntry.expired == false(),
     or_(MemoryEntry.expires_at.is_(None), MemoryEntry.expires_at > bindparam("now")),
+)
+TOTAL = select(func.coalesce(func.sum(case((LIVE, MemoryEntry.token_count), else_=0)), 0)).where(
+    MemoryEntry.user_id == bindparam("user_id"), MemoryEntry.scope == bindparam("scope")
 )
 ENTRIES_OF_USER = select(
     MemoryEntry.id,

@@ -32,6 +32,11 @@ def upgrade() -> None:
         batch.create_unique_constraint(
             "uq_memory_entries_user_scope_key", ["user_id", "scope", "key"]
         )
+        # A turn reads one layer (two for a scoped turn) in order: no other layer's rows.
+        batch.drop_index("ix_memory_entries_user_updated")
+        batch.create_index(
+            "ix_memory_entries_user_scope_updated", ["user_id", "scope", "updated_at"]
+        )
     # Not in batch mode: a column with a constant default is added in place on SQLite too,
     # where batch mode would copy the tables and lose their AUTOINCREMENT (ids handed to
     # clients must never be reused).
@@ -49,6 +54,8 @@ def downgrade() -> None:
     op.drop_index("ix_memory_changes_user_scope", table_name="memory_changes")
     op.drop_column("memory_changes", "scope")
     with op.batch_alter_table("memory_entries") as batch:
+        batch.drop_index("ix_memory_entries_user_scope_updated")
+        batch.create_index("ix_memory_entries_user_updated", ["user_id", "updated_at"])
         batch.drop_constraint("uq_memory_entries_user_scope_key", type_="unique")
         batch.create_unique_constraint("uq_memory_entries_user_id", ["user_id", "key"])
         batch.drop_column("scope")
