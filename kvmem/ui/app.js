@@ -1,7 +1,9 @@
 // The memory page: a thin client of kvmem's REST API (/memory, /memory/proposals,
-// /preferences, /sessions).
+// /memory/scopes, /preferences, /sessions).
 // It has no rules of its own: every check is the server's, and its message is shown as is.
 // Everything that came from a person or a model is written with textContent, never as HTML.
+// It shows one layer at a time: the person's own memory or one of their scopes (section 23);
+// every /memory call it makes names the layer shown.
 
 const TOKEN_STORAGE = "kvmem.token";
 const UNDO_MS = 10_000;
@@ -14,6 +16,8 @@ const server = {
   personalize: document.body.dataset.personalize === "true",
   // memory.review: only under per_user does each person choose whether the agent asks first.
   reviewPerUser: document.body.dataset.review === "per_user",
+  // memory.scopes: the switcher between the person's own memory and each of their scopes.
+  scopes: document.body.dataset.scopes === "true",
 };
 const state = {
   token: null,
@@ -21,6 +25,10 @@ const state = {
   editing: null, // the key being edited, or null when adding
   undo: null, // {key, value, timer}
   historyKey: null,
+  historyScope: null, // the layer of historyKey
+  scope: null, // the layer shown: null for the person's own memory, else a scope's name
+  scopes: [], // the person's scopes that hold entries, by name
+  switching: 0, // counts switches, so that only the latest one's answers are shown
 };
 
 class ApiError extends Error {
@@ -72,7 +80,14 @@ async function api(method, path, body) {
   return data;
 }
 
-const keyPath = (key) => `/memory/${encodeURIComponent(key)}`;
+// `path` on the layer `scope`: `?scope=NAME` for a scope, as it is for the person's own memory.
+function inLayer(path, scope = state.scope) {
+  if (scope === null) return path;
+  return `${path}${path.includes("?") ? "&" : "?"}scope=${encodeURIComponent(scope)}`;
+}
+
+// `/memory/KEY` (and what follows it, `rest`) on the layer `scope`.
+const keyPath = (key, rest = "", scope = state.scope) => inLayer(`/memory/${encodeURIComponent(key)}${rest}`, scope);
 
 // --- small view helpers ----------------------------------------------------------------
 
@@ -244,14 +259,23 @@ async function start(notice = "") {
     showSignIn(notice);
     return;
   }
+  // Scopes are the user's own: whoever signs in starts on their own memory.
+  state.scope = null;
   try {
-    const loading = Promise.all([api("GET", "/memory"), loadPreferences(), api("GET", "/memory/proposals")]);
+    const loading = Promise.all([
+      api("GET", "/memory"),
+      loadPreferences(),
+      api("GET", "/memory/proposals"),
+      loadScopes(),
+    ]);
     format();
-    const [overview, preferences, { proposals }] = await loading;
+    const [overview, preferences, { proposals }, scopes] = await loading;
     $("sign-in").hidden = true;
     $("page-state").hidden = true;
     $("app").hidden = false;
     $("sign-out").hidden = !state.token;
+    toggleNewScope(false);
+    renderScopes(scopes);
     renderOverview(overview);
     renderPreferences(preferences);
     renderProposals(proposals);
@@ -275,12 +299,16 @@ async function loadPreferences() {
   return { ...preferences, switchable: server.personalize };
 }
 
+// The layer shown, read again; dropped if the person switched to another meanwhile.
 async function reload() {
-  renderOverview(await api("GET", "/memory"));
+  const scope = state.scope;
+  const overview = await api("GET", inLayer("/memory", scope));
+  if (scope === state.scope) renderOverview(overview);
 }
 
 function renderOverview(overview) {
   state.overview = overview;
+  renderLayer();
   renderUsage(overview);
   renderKeyField(overview.valid_keys);
   const list = $("entries");
@@ -298,9 +326,130 @@ function renderOverview(overview) {
 // An empty list says how memory gets there: the assistant, asked in a chat, or this page;
 // with memory off for this user's chats, only this page, until it is switched on.
 function renderEmpty() {
-  $("empty").textContent = state.overview.enabled
-    ? "Nothing is remembered yet. Ask the assistant in a chat to remember something (\u201cremember that I prefer tea\u201d), or add a memory above."
-    : "Nothing is remembered yet. Memory is off for your chats, so the assistant remembers nothing you tell it: switch on \u201cUse memory in chats\u201d, or add a memory above.";
+  const nothing = state.scope === null ? "Nothing is remembered yet." : `Nothing is remembered in \u201c${state.scope}\u201d yet.`;
+  let how;
+  if (!state.overview.enabled) {
+    how = "Memory is off for your chats, so the assistant remembers nothing you tell it: switch on \u201cUse memory in chats\u201d, or add a memory above.";
+  } else if (state.scope !== null) {
+    how = "The assistant saves here what a chat in this scope asks it to remember, or add a memory above.";
+  } else {
+    how = "Ask the assistant in a chat to remember something (\u201cremember that I prefer tea\u201d), or add a memory above.";
+  }
+  $("empty").textContent = `${nothing} ${how}`;
+}
+
+// --- scopes: the person's own memory or one of their scopes, one at a time --------------
+
+// The names of the person's scopes that hold entries; none when the server keeps no scopes
+// (asking it would only be refused).
+async function loadScopes() {
+  if (!server.scopes) return [];
+  const { scopes } = await api("GET", "/memory/scopes");
+  return scopes.map((layer) => layer.scope);
+}
+
+// The switcher: "My memory", then each scope by name, the one shown among them even while
+// it holds nothing (a new one, or one just cleared).
+function renderScopes(names) {
+  state.scopes = names;
+  const shown = state.scope === null || names.includes(state.scope) ? names : [...names, state.scope].sort();
+  $("layer-select").replaceChildren(
+    element("option", { value: "", text: "My memory" }),
+    ...shown.map((name) => element("option", { value: name, text: name })),
+  );
+  // A scope is never "" (1-128 characters), so "" stands for the person's own memory.
+  $("layer-select").value = state.scope ?? "";
+  $("layer").hidden = !server.scopes;
+}
+
+// What depends on the layer shown besides its entries: the switcher's hint, the clear dialog.
+function renderLayer() {
+  if (!server.scopes) return;
+  const scope = state.scope;
+  $("layer-hint").textContent =
+    scope === null
+      ? "Your own memory: every chat sees it. A scope keeps memories apart for one assistant, model or project."
+      : `Kept for chats in the scope \u201c${scope}\u201d; other scopes never see it.`;
+  $("clear-title").textContent = scope === null ? "Clear all memories?" : `Clear all memories in \u201c${scope}\u201d?`;
+  $("clear-text").textContent =
+    scope === null
+      ? "Every memory of your own, its history and the suggested memories will be deleted; your scopes keep theirs. This cannot be undone."
+      : "Every memory in this scope, its history and its suggested memories will be deleted; your own memory and your other scopes stay. This cannot be undone.";
+}
+
+// Show the layer `scope` (null: the person's own memory). Throws the server's refusal (a
+// malformed name) with nothing changed.
+async function switchLayer(scope) {
+  const ticket = ++state.switching;
+  showMessage($("layer-error"), "");
+  $("entries").setAttribute("aria-busy", "true");
+  let answers;
+  try {
+    answers = await Promise.all([
+      api("GET", inLayer("/memory", scope)),
+      api("GET", inLayer("/memory/proposals", scope)),
+      loadScopes(),
+    ]);
+  } catch (error) {
+    if (ticket === state.switching) {
+      $("layer-select").value = state.scope ?? "";
+      $("entries").setAttribute("aria-busy", "false");
+    }
+    throw error;
+  }
+  if (ticket !== state.switching) return; // a later switch shows its own layer
+  const [overview, { proposals }, names] = answers;
+  // What was begun on the other layer ends with it; a new entry's typed text stays.
+  if (state.editing !== null) endEdit();
+  clearUndo();
+  if ($("history-dialog").open) $("history-dialog").close();
+  showMessage($("page-error"), "");
+  showMessage($("suggestions-error"), "");
+  state.scope = scope;
+  renderScopes(names);
+  renderOverview(overview);
+  renderProposals(proposals);
+}
+
+async function chooseLayer() {
+  const value = $("layer-select").value;
+  try {
+    await switchLayer(value === "" ? null : value);
+  } catch (error) {
+    showMessage($("layer-error"), error.message);
+  }
+}
+
+function toggleNewScope(open) {
+  $("new-scope-form").hidden = !open;
+  $("new-scope").setAttribute("aria-expanded", String(open));
+  showMessage($("new-scope-error"), "");
+  if (open) {
+    $("new-scope-name").focus();
+  } else {
+    $("new-scope-name").value = "";
+  }
+}
+
+// A scope by its name: one of the person's, or a new, empty one that is kept once it holds
+// a memory. The server says whether the name is one.
+async function openScope(event) {
+  event.preventDefault();
+  const name = $("new-scope-name").value.trim();
+  if (!name) {
+    showMessage($("new-scope-error"), "Enter a scope name.");
+    $("new-scope-name").focus();
+    return;
+  }
+  try {
+    await switchLayer(name);
+  } catch (error) {
+    showMessage($("new-scope-error"), error.message);
+    $("new-scope-name").focus();
+    return;
+  }
+  toggleNewScope(false);
+  $("layer-select").focus();
 }
 
 function renderUsage({ total_tokens: total, token_limit: limit, usage_percentage: percent }) {
@@ -494,16 +643,17 @@ function clearUndo() {
 
 async function undoDelete(entry) {
   clearUndo();
+  const scope = state.scope; // switching layers withdraws the offer, so it is this one's
   try {
     // Undo is a revert (section 10): back to the change just before the delete.
-    const { changes } = await api("GET", `${keyPath(entry.key)}/history`);
+    const { changes } = await api("GET", keyPath(entry.key, "/history", scope));
     const deleted = changes.findIndex((change) => change.op === "delete");
     const before = deleted >= 0 ? changes[deleted + 1] : undefined;
     if (before && before.op === "set") {
-      await api("POST", `${keyPath(entry.key)}/revert`, { to: before.id });
+      await api("POST", keyPath(entry.key, "/revert", scope), { to: before.id });
     } else {
       // The server keeps no history (memory.history.keep_days: 0): write the value back.
-      await api("PUT", keyPath(entry.key), { value: entry.value });
+      await api("PUT", keyPath(entry.key, "", scope), { value: entry.value });
     }
     await reload();
     announce(`Restored “${entry.key}”.`);
@@ -516,6 +666,7 @@ async function undoDelete(entry) {
 
 async function openHistory(key) {
   state.historyKey = key;
+  state.historyScope = state.scope;
   $("history-title").textContent = `History of “${key}”`;
   $("history-list").replaceChildren();
   showMessage($("history-error"), "");
@@ -525,12 +676,12 @@ async function openHistory(key) {
 }
 
 // Every change of the key: the route answers a page at a time (at most 500), newest first.
-async function keyHistory(key) {
+async function keyHistory(key, scope) {
   const changes = [];
   let next = null;
   do {
     const before = next === null ? "" : `&before=${next}`;
-    const page = await api("GET", `${keyPath(key)}/history?limit=500${before}`);
+    const page = await api("GET", keyPath(key, `/history?limit=500${before}`, scope));
     changes.push(...page.changes);
     next = page.next;
   } while (next !== null);
@@ -540,7 +691,7 @@ async function keyHistory(key) {
 async function renderHistory() {
   const key = state.historyKey;
   try {
-    const changes = await keyHistory(key);
+    const changes = await keyHistory(key, state.historyScope);
     const items = changes.map((change, index) => changeItem(key, change, index === 0));
     $("history-list").replaceChildren(...items);
     $("history-state").textContent = changes.length
@@ -584,7 +735,7 @@ function changeItem(key, change, current) {
 async function restoreChange(key, change) {
   showMessage($("history-error"), "");
   try {
-    await api("POST", `${keyPath(key)}/revert`, { to: change.id });
+    await api("POST", keyPath(key, "/revert", state.historyScope), { to: change.id });
     await reload();
     announce(`Restored “${key}” to its value from ${format().exact.format(new Date(change.at))}.`);
     if (state.overview.memories.some((entry) => entry.key === key)) {
@@ -600,7 +751,9 @@ async function restoreChange(key, change) {
 // --- suggestions: the memory agent's proposals, kept or dismissed -----------------------
 
 async function reloadProposals() {
-  renderProposals((await api("GET", "/memory/proposals")).proposals);
+  const scope = state.scope;
+  const { proposals } = await api("GET", inLayer("/memory/proposals", scope));
+  if (scope === state.scope) renderProposals(proposals);
 }
 
 function renderProposals(proposals) {
@@ -639,7 +792,7 @@ function proposalItem(proposal) {
 async function keepProposal(proposal) {
   showMessage($("suggestions-error"), "");
   try {
-    await api("POST", `/memory/proposals/${proposal.id}/accept`);
+    await api("POST", inLayer(`/memory/proposals/${proposal.id}/accept`));
   } catch (error) {
     // A refused one (the token limit, a key no longer allowed) stays pending: say why.
     showMessage($("suggestions-error"), `“${proposal.key}”: ${error.message}`);
@@ -652,7 +805,7 @@ async function keepProposal(proposal) {
 async function dismissProposal(proposal) {
   showMessage($("suggestions-error"), "");
   try {
-    await api("POST", `/memory/proposals/${proposal.id}/reject`);
+    await api("POST", inLayer(`/memory/proposals/${proposal.id}/reject`));
     await reloadProposals();
     announce(`Dismissed the suggestion for “${proposal.key}”.`);
   } catch (error) {
@@ -697,17 +850,24 @@ async function toggleReview() {
 async function exportMemory() {
   showMessage($("page-error"), "");
   try {
-    const document_ = await api("GET", "/memory/export");
+    // A scope's export holds that scope; the person's own holds every layer, each entry
+    // with its "scope", so that importing it puts each back where it was.
+    const scope = state.scope;
+    const document_ = await api("GET", inLayer("/memory/export", scope));
     const blob = new Blob([JSON.stringify(document_, null, 2)], { type: "application/json" });
+    // A scope's name may hold ":", "/" and "@", which a file name may not.
+    const named = scope === null ? "" : `-${scope.replace(/[^A-Za-z0-9._-]/g, "_")}`;
     const link = element("a", {
       href: URL.createObjectURL(blob),
-      download: `kvmem-memory-${new Date().toISOString().slice(0, 10)}.json`,
+      download: `kvmem-memory${named}-${new Date().toISOString().slice(0, 10)}.json`,
     });
     document.body.append(link);
     link.click();
     link.remove();
     setTimeout(() => URL.revokeObjectURL(link.href), 0);
-    announce(`Exported ${plural(document_.memories.length, "memory", "memories")}.`);
+    const count = plural(document_.memories.length, "memory", "memories");
+    const scoped = scope === null && document_.memories.some((entry) => entry.scope != null);
+    announce(scoped ? `Exported ${count}: your own and every scope's.` : `Exported ${count}.`);
   } catch (error) {
     showMessage($("page-error"), error.message);
   }
@@ -720,8 +880,10 @@ async function importMemory() {
   if (!file) return;
   showMessage($("page-error"), "");
   try {
-    const result = await api("POST", "/memory/import?mode=merge", await file.text());
-    await reload();
+    // Into the scope shown; on the person's own memory, each entry into the layer it names.
+    const result = await api("POST", inLayer("/memory/import?mode=merge"), await file.text());
+    const [names] = await Promise.all([loadScopes(), reload()]);
+    renderScopes(names);
     announce(`Imported ${plural(result.imported, "memory", "memories")} from ${file.name}.`);
   } catch (error) {
     showMessage($("page-error"), `${file.name}: ${error.message}`);
@@ -732,7 +894,8 @@ async function clearAll() {
   $("clear-dialog").close();
   showMessage($("page-error"), "");
   try {
-    const { deleted } = await api("DELETE", "/memory");
+    // One layer: the scope shown, or the person's own memory (their scopes stay).
+    const { deleted } = await api("DELETE", inLayer("/memory"));
     clearUndo();
     endEdit();
     await Promise.all([reload(), reloadProposals()]);
@@ -765,6 +928,19 @@ function wire() {
   $("clear-cancel").addEventListener("click", () => $("clear-dialog").close());
   $("clear-confirm").addEventListener("click", clearAll);
   $("history-close").addEventListener("click", () => $("history-dialog").close());
+  $("layer-select").addEventListener("change", chooseLayer);
+  $("new-scope").addEventListener("click", () => toggleNewScope($("new-scope-form").hidden));
+  $("new-scope-form").addEventListener("submit", openScope);
+  $("new-scope-cancel").addEventListener("click", () => {
+    toggleNewScope(false);
+    $("new-scope").focus();
+  });
+  $("new-scope-form").addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      toggleNewScope(false);
+      $("new-scope").focus();
+    }
+  });
   setInterval(refreshTimes, 60_000);
   $("switch-cancel").addEventListener("click", () => $("switch-dialog").close("stay"));
   $("switch-confirm").addEventListener("click", () => $("switch-dialog").close("switch"));

@@ -1,7 +1,9 @@
 """`/ui`: the memory page, its script and its stylesheet, from files shipped in the package.
 
-The page is static but for three facts of the config it needs before its first request (the
-auth mode, `memory.personalize` and `memory.review`); everything it shows comes from the REST API, called by
+The page is static but for four facts of the config it needs before its first request (the
+auth mode, `memory.personalize`, `memory.review` and whether `memory.scopes` is set, so that it
+shows its scope switcher without asking a server that keeps no scopes a question it must refuse);
+everything it shows comes from the REST API, called by
 the browser with the user's own credentials, so these routes need none. Every file is served with a
 Content-Security-Policy that allows scripts and styles only from kvmem itself (no inline
 script, no eval) and frames only from `ui.frame_ancestors`.
@@ -49,11 +51,12 @@ def _read(name: str) -> bytes:
 
 
 def render_page(config: Config) -> bytes:
-    """The page, with the three config facts it needs before its first request."""
+    """The page, with the four config facts it needs before its first request."""
     page = _read("index.html").decode("utf-8")
     page = page.replace("{{auth_mode}}", config.auth.mode)
     page = page.replace("{{personalize}}", "true" if config.memory.personalize else "false")
     page = page.replace("{{review}}", config.memory.review)
+    page = page.replace("{{scopes}}", "false" if config.memory.scopes is None else "true")
     return page.encode("utf-8")
 
 
