@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 import httpx
 import pytest
@@ -398,21 +398,27 @@ def test_a_new_scope_opens_empty_and_a_name_with_html_characters_stays_text(
     ]
     assert user.values() == {"user_preferences": "Short answers."}
 
-    # A name with HTML characters in the list (the server never stores one; the page must
-    # not trust that): shown as text, and choosing it is the server's to refuse.
-    def listed(route: Route) -> None:
-        route.fulfill(
-            json={"scopes": [{"scope": marked, "entries": 1, "total_tokens": 3}]},
-        )
+    # A name with HTML characters from the API (the server never stores one; the page must not
+    # trust that, so the browser is handed one): shown as text wherever the page names it.
+    def marked_layer(route: Route) -> None:
+        query = parse_qs(urlsplit(route.request.url).query)
+        if route.request.url.endswith("/memory/scopes"):
+            route.fulfill(json={"scopes": [{"scope": marked, "entries": 0, "total_tokens": 0}]})
+        elif query.get("scope") == [marked] and "/memory/proposals" in route.request.url:
+            route.fulfill(json={"proposals": [], "scope": marked})
+        elif query.get("scope") == [marked]:
+            route.fulfill(json={**user.layer(COOK), "memories": [], "scope": marked})
+        else:
+            route.continue_()
 
-    page.route("**/memory/scopes", listed)
+    page.route(re.compile(r".*/memory(/scopes|/proposals)?(\?.*)?$"), marked_layer)
     page.reload()
     expect(memories(page)).to_have_attribute("aria-busy", "false")
     expect(switcher(page).get_by_role("option")).to_have_text(["My memory", marked])
     switcher(page).select_option(label=marked)
-    expect(page.get_by_role("alert").filter(has_text="invalid scope")).to_be_visible()
-    expect(switcher(page)).to_have_value("")
-    assert keys_of(page) == ["user_preferences"]
+    expect(switcher(page)).to_have_value(marked)
+    expect(page.get_by_text(f"Only chats in the scope “{marked}” see")).to_be_visible()
+    expect(page.get_by_text(f"Nothing is remembered in “{marked}” yet.")).to_be_visible()
     assert page.evaluate("document.querySelectorAll('img').length") == 0
     assert page.evaluate("document.body.dataset.injected") is None
 

@@ -369,7 +369,7 @@ function renderLayer() {
   $("layer-hint").textContent =
     scope === null
       ? "Your own memory: every chat sees it. A scope keeps memories apart for one assistant, model or project."
-      : `Kept for chats in the scope \u201c${scope}\u201d; other scopes never see it.`;
+      : `Only chats in the scope \u201c${scope}\u201d see these memories; other chats and scopes never do.`;
   $("clear-title").textContent = scope === null ? "Clear all memories?" : `Clear all memories in \u201c${scope}\u201d?`;
   $("clear-text").textContent =
     scope === null
