@@ -288,7 +288,13 @@ def test_the_page_switches_scope_and_edits_there_leaving_the_rest_unchanged(
     dialog.get_by_role("button", name="Close").click()
     assert user.values(KITCHEN)["project_notes"] == "Oak worktops."
 
-    # Delete, in the scope.
+    # Delete and Undo, then Delete, in the scope.
+    item(page, "project_decisions").get_by_role("button", name="Delete").click()
+    expect(item(page, "project_decisions")).to_have_count(0)
+    assert user.values(KITCHEN) == {"project_notes": "Oak worktops."}
+    page.get_by_role("button", name="Undo").click()
+    expect(item(page, "project_decisions")).to_contain_text("Budget: 8000 euros.")
+    assert user.values(KITCHEN)["project_decisions"] == "Budget: 8000 euros."
     item(page, "project_decisions").get_by_role("button", name="Delete").click()
     expect(item(page, "project_decisions")).to_have_count(0)
     assert user.values(KITCHEN) == {"project_notes": "Oak worktops."}
@@ -318,6 +324,21 @@ def test_suggestions_export_import_and_clear_act_on_the_scope_shown(
 
     page, _ = open_as(open_page, user)
     expect(suggestion(page, "learned_facts")).to_be_visible()
+    # On the person's own memory, Export holds every layer, each entry with its scope.
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Export").click()
+    everything = tmp_path / "everything.json"
+    download.value.save_as(everything)
+    document = json.loads(everything.read_text(encoding="utf-8"))
+    served = user.call("GET", "/memory/export").json()
+    assert {**document, "exported_at": None} == {**served, "exported_at": None}
+    assert {(entry["scope"], entry["key"]) for entry in document["memories"]} == {
+        (None, "user_preferences"),
+        (COOK, "project_notes"),
+        (KITCHEN, "project_notes"),
+    }
+    expect(page.get_by_role("status").filter(has_text="your own and every scope's")).to_be_visible()
+
     switcher(page).select_option(label=COOK)
     expect(suggestion(page, "project_decisions")).to_contain_text("Cooks on Sundays.")
     expect(suggestion(page, "learned_facts")).to_have_count(0)
@@ -368,6 +389,28 @@ def test_suggestions_export_import_and_clear_act_on_the_scope_shown(
         "project_decisions": "Cooks on Sundays.",
     }
     assert (user.layer(), user.layer(KITCHEN)) == (own, kitchen)
+
+    # On the person's own memory, Clear all clears theirs only, and importing the whole
+    # export puts each entry back into its layer; a scope it brings back joins the switcher.
+    switcher(page).select_option(label="My memory")
+    page.get_by_role("button", name="Clear all").click()
+    dialog = page.get_by_role("dialog", name="Clear all memories?")
+    expect(dialog).to_contain_text("your scopes keep theirs")
+    dialog.get_by_role("button", name="Clear all memories").click()
+    expect(memories(page).get_by_role("listitem")).to_have_count(0)
+    assert user.values() == {}
+    assert user.call("DELETE", "/memory", KITCHEN).json()["deleted"] == 1
+    page.reload()
+    expect(switcher(page).get_by_role("option")).to_have_text(["My memory", COOK])
+    with page.expect_file_chooser() as chooser:
+        page.get_by_role("button", name="Import").click()
+    chooser.value.set_files(str(everything))
+    expect(item(page, "user_preferences")).to_contain_text("Short answers.")
+    expect(switcher(page).get_by_role("option")).to_have_text(["My memory", COOK, KITCHEN])
+    assert (user.values(), user.values(KITCHEN)) == (
+        {"user_preferences": "Short answers."},
+        {"project_notes": "Oak worktops."},
+    )
 
 
 def test_a_new_scope_opens_empty_and_a_name_with_html_characters_stays_text(

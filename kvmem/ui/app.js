@@ -259,8 +259,10 @@ async function start(notice = "") {
     showSignIn(notice);
     return;
   }
-  // Scopes are the user's own: whoever signs in starts on their own memory.
+  // Scopes are the user's own: whoever signs in starts on their own memory, and a switch
+  // still under way for the one before shows nothing.
   state.scope = null;
+  state.switching += 1;
   try {
     const loading = Promise.all([
       api("GET", "/memory"),
