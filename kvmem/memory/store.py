@@ -433,11 +433,12 @@ class MemoryStore(LockedWrites):
                 )
             return Reverted(None, self._total(connection, user_id, scope), recorded)
 
-    def clear_history(self, user_id: str) -> int:
-        """Erase the user's change history (entries stay); how many changes were erased."""
+    def clear_history(self, user_id: str, scope: str | None = None) -> int:
+        """Erase the user's change history (entries stay): of one layer (`scope`; "" their
+        own), or, given none, of every layer; how many changes were erased."""
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
-            return self.history_log.clear(session, user_id)
+            return self.history_log.clear(session, user_id, scope)
 
     def erase_user(self, user_id: str) -> Erased:
         """Delete every row kvmem holds for the user, from every table, in one transaction
