@@ -789,3 +789,27 @@ def test_a_scope_may_use_every_allowed_character(client: TestClient) -> None:
     put(client, "notes", "long name", scope)
     assert client.get("/memory/scopes", headers=ALICE).json()["scopes"][0]["scope"] == scope
     assert listed(client, scope) == {"notes": "long name"}
+
+
+def test_an_import_error_names_the_entry_by_its_place_in_the_document(
+    client: TestClient,
+) -> None:
+    """The entries of one document go to several layers; the error still names the entry as
+    the file holds it (its index there) and the scope it was for."""
+    document = {
+        "memories": [
+            {"key": "name", "value": "Ada"},
+            {"key": "city", "value": "Lisbon", "scope": None},
+            {"key": "notes", "value": "   ", "scope": "kitchen"},
+        ]
+    }
+    refused = client.post("/memory/import", json=document, headers=ALICE)
+    assert (refused.status_code, refused.json()) == (
+        422,
+        error(
+            "empty_value",
+            "memories[2] (key 'notes', scope 'kitchen'): the value is empty",
+            key="notes",
+        ),
+    )
+    assert everything(client) == {None: {}}

@@ -290,8 +290,16 @@ class MemoryStore(LockedWrites):
         for scope, layer in layers.items():
             expires = {key: at for key, at in layer.expires.items() if at > moment}
             past = layer.expires.keys() - expires.keys()
-            items = [item for item in layer.items if item[0] not in past]
-            counted[scope] = (count_document(self.rules.layer(scope), self.tokens, items), expires)
+            positions = layer.positions if layer.positions is not None else range(len(layer.items))
+            kept = [
+                (position, item)
+                for position, item in zip(positions, layer.items, strict=True)
+                if item[0] not in past
+            ]
+            rules = self.rules.layer(scope)
+            items = [item for _, item in kept]
+            at = [position for position, _ in kept]
+            counted[scope] = (count_document(rules, self.tokens, items, at, scope), expires)
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
             if since is not None:
