@@ -24,14 +24,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 KEY_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,127}")
-# "nothing" is LibreChat's sentinel; "history", "export" and "proposals" name routes under
-# /memory/.
-RESERVED_KEYS = frozenset({"nothing", "history", "export", "proposals"})
+# "nothing" is LibreChat's sentinel; "history", "export", "proposals" and "scopes" name routes
+# under /memory/ that a GET of a key would otherwise shadow or be shadowed by.
+RESERVED_KEYS = frozenset({"nothing", "history", "export", "proposals", "scopes"})
 
 
 def reserved_keys_text() -> str:
-    """The reserved keys as a message lists them: 'export', 'history', 'nothing' or
-    'proposals'."""
+    """The reserved keys as a message lists them: 'export', 'history', 'nothing', 'proposals'
+    or 'scopes'."""
     names = [f"'{key}'" for key in sorted(RESERVED_KEYS)]
     return ", ".join(names[:-1]) + " or " + names[-1]
 

@@ -509,7 +509,7 @@ def test_unicode_and_percent_encoded_keys_in_paths(
         "invalid_key",
         (
             f"invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
-            "starts with a letter, and is not 'export', 'history', 'nothing' or 'proposals'"
+            "starts with a letter, and is not 'export', 'history', 'nothing', 'proposals' or 'scopes'"
         ),
     )
     for response in (put, get, delete):

@@ -34,7 +34,7 @@ from tests.support.processes import Result, run, run_all
 
 INVALID_KEY_MESSAGE = (
     "invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
-    "starts with a letter, and is not 'export', 'history', 'nothing' or 'proposals'"
+    "starts with a letter, and is not 'export', 'history', 'nothing', 'proposals' or 'scopes'"
 )
 
 

@@ -551,7 +551,7 @@ def test_invalid_valid_keys_are_refused(write_config: WriteConfig, bad: str) -> 
         load_config(path, environ={})
     assert str(raised.value) == (
         f"{path}: invalid config:\n  memory.validKeys: Value error, {bad!r} can never be stored: "
-        "keys match ^[a-z][a-z0-9_]{0,127}$ and are not 'export', 'history', 'nothing' or 'proposals'"
+        "keys match ^[a-z][a-z0-9_]{0,127}$ and are not 'export', 'history', 'nothing', 'proposals' or 'scopes'"
     )
 
 

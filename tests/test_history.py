@@ -599,7 +599,7 @@ def ten_thousand(last: dict[str, Any] | None = None) -> dict[str, Any]:
             error(
                 "invalid_key",
                 "memories[10000] (key 'Bad'): invalid key 'Bad': a key is 1-128 characters of "
-                "a-z, 0-9 and _, starts with a letter, and is not 'export', 'history', 'nothing' or 'proposals'",
+                "a-z, 0-9 and _, starts with a letter, and is not 'export', 'history', 'nothing', 'proposals' or 'scopes'",
                 key="Bad",
             ),
         ),

@@ -42,7 +42,7 @@ def invalid_key(key: str) -> dict[str, Any]:
             "code": "invalid_key",
             "message": (
                 f"invalid key {key!r}: a key is 1-128 characters of a-z, 0-9 and _, "
-                "starts with a letter, and is not 'export', 'history', 'nothing' or 'proposals'"
+                "starts with a letter, and is not 'export', 'history', 'nothing', 'proposals' or 'scopes'"
             ),
         }
     }

@@ -85,6 +85,7 @@ def read_layers(data: Any, rules: MemoryRules, scope: str | None) -> dict[str, L
     any scope on a server that keeps none (`MemoryRules.scope`)."""
     document = _document(data)
     items: dict[str, list[tuple[str, str]]] = {}
+    positions: dict[str, list[int]] = {}
     expires: dict[str, dict[str, datetime]] = {}
     for index, entry in enumerate(document.memories):
         try:
@@ -100,6 +101,7 @@ def read_layers(data: Any, rules: MemoryRules, scope: str | None) -> dict[str, L
                     "the scope this import names"
                 )
         items.setdefault(layer, []).append((entry.key, entry.value))
+        positions.setdefault(layer, []).append(index)
         if entry.expires_at is not None:
             at = parse_expires_at(entry.expires_at, f"memories[{index}].expires_at")
             expires.setdefault(layer, {})[entry.key] = at
@@ -108,7 +110,9 @@ def read_layers(data: Any, rules: MemoryRules, scope: str | None) -> dict[str, L
     else:
         items.setdefault(OWN, [])  # a whole document speaks for the own layer, even empty
     return {
-        layer: LayerImport(layer_items, expires=expires.get(layer, {}))
+        layer: LayerImport(
+            layer_items, expires=expires.get(layer, {}), positions=positions.get(layer, [])
+        )
         for layer, layer_items in items.items()
     }
 

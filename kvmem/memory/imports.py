@@ -29,6 +29,9 @@ class LayerImport:
     items: Sequence[tuple[str, str]]
     expected: dict[str, str | None] | None = None
     expires: Mapping[str, datetime] = field(default_factory=dict)
+    # Each item's index in the document it came from (None: its index in `items`), so that an
+    # error names the entry even when the document's entries went to several layers.
+    positions: Sequence[int] | None = None
 
 
 class ChangedMeanwhile(Exception):  # noqa: N818 (a signal to plan again, not an error)
@@ -46,11 +49,18 @@ def check_unchanged(existing: dict[str, Any], expected: dict[str, str | None] | 
 
 
 def count_document(
-    rules: MemoryRules, tokens: TokenCounter, items: Iterable[tuple[str, str]]
+    rules: MemoryRules,
+    tokens: TokenCounter,
+    items: Iterable[tuple[str, str]],
+    positions: Iterable[int] | None = None,
+    scope: str = "",
 ) -> Counted:
-    """Each entry checked against every rule, cleaned and counted; a key twice is refused."""
+    """Each entry checked against every rule, cleaned and counted; a key twice is refused.
+    An error names the entry by its index in the document (`positions`, else its index in
+    `items`) and, in a scope's layer, the scope."""
     counted: Counted = {}
-    for index, (key, value) in enumerate(items):
+    indexed = zip(positions, items, strict=True) if positions is not None else enumerate(items)
+    for index, (key, value) in indexed:
         try:
             rules.check_key(key)
             if key in counted:
@@ -58,7 +68,8 @@ def count_document(
             value = rules.clean_value(value)
         except KvmemError as exc:
             # Name the entry, so that a person can find it in a file of thousands.
-            exc.message = f"memories[{index}] (key {key!r}): {exc.message}"
+            where = f"key {key!r}, scope {scope!r}" if scope else f"key {key!r}"
+            exc.message = f"memories[{index}] ({where}): {exc.message}"
             exc.details["key"] = key
             raise
         counted[key] = (value, tokens.count(value))

@@ -290,8 +290,16 @@ class MemoryStore(LockedWrites):
         for scope, layer in layers.items():
             expires = {key: at for key, at in layer.expires.items() if at > moment}
             past = layer.expires.keys() - expires.keys()
-            items = [item for item in layer.items if item[0] not in past]
-            counted[scope] = (count_document(self.rules.layer(scope), self.tokens, items), expires)
+            positions = layer.positions if layer.positions is not None else range(len(layer.items))
+            kept = [
+                (position, item)
+                for position, item in zip(positions, layer.items, strict=True)
+                if item[0] not in past
+            ]
+            rules = self.rules.layer(scope)
+            items = [item for _, item in kept]
+            at = [position for position, _ in kept]
+            counted[scope] = (count_document(rules, self.tokens, items, at, scope), expires)
         with self.database.writing_connection() as connection:
             self.database.lock_user(connection, user_id)
             if since is not None:
@@ -433,11 +441,12 @@ class MemoryStore(LockedWrites):
                 )
             return Reverted(None, self._total(connection, user_id, scope), recorded)
 
-    def clear_history(self, user_id: str) -> int:
-        """Erase the user's change history (entries stay); how many changes were erased."""
+    def clear_history(self, user_id: str, scope: str | None = None) -> int:
+        """Erase the user's change history (entries stay): of one layer (`scope`; "" their
+        own), or, given none, of every layer; how many changes were erased."""
         with self.database.writing() as session:
             self.database.lock_user(session, user_id)
-            return self.history_log.clear(session, user_id)
+            return self.history_log.clear(session, user_id, scope)
 
     def erase_user(self, user_id: str) -> Erased:
         """Delete every row kvmem holds for the user, from every table, in one transaction

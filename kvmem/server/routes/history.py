@@ -2,25 +2,32 @@
 `/memory/import` and `DELETE /me`: what was remembered and when, undo, moving memory, and
 erasing a user.
 
+Each acts on one layer (`?scope=NAME`, else the person's own; `kvmem.server.routes.layers`),
+but for export and import without `?scope` on a server that keeps scopes: the export holds every
+layer, each entry saying its `"scope"`, and the import puts each entry back in the layer it names,
+all or nothing across layers. `DELETE /me` erases every layer.
+
 The fixed paths (`/memory/history`, `/memory/export`, `/memory/import`) are registered before
 `/memory/{key}` (see `kvmem.server.routes.memory`); `history` and `export` are reserved keys.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import StrictInt
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kvmem.entries import utcnow
+from kvmem.entries import Imported, utcnow
 from kvmem.errors import BadRequest
-from kvmem.memory.exports import export_document, read_document, read_expiries
+from kvmem.memory.exports import export_document, read_layers
+from kvmem.memory.rules import OWN, MemoryRules
 from kvmem.memory.write_outcomes import imported_json, written_json
 from kvmem.server.bodies import RequestBody, parse_json, read_body, read_model
 from kvmem.server.routes import route
+from kvmem.server.routes.layers import scope_param, scoped
 from kvmem.server.routes.paging import MAX_ID, int_param, limit_param
 from kvmem.server.services import require_memory, services_of, user_of
 
@@ -35,50 +42,68 @@ async def list_history(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
+    scope = scope_param(request, services.store.rules)
     key = request.query_params.get("key")
     limit = limit_param(request)
     before = int_param(request, "before", None, 1, MAX_ID)
-    page = await run_in_threadpool(services.store.history, user, key, limit, before)
-    return JSONResponse(page.as_json())
+    page = await run_in_threadpool(
+        lambda: services.store.history(user, key, limit, before, scope=scope)
+    )
+    return JSONResponse(scoped(page.as_json(), scope))
 
 
 async def clear_history(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
-    deleted = await run_in_threadpool(services.store.clear_history, user)
-    return JSONResponse({"deleted": deleted})
+    scope = scope_param(request, services.store.rules)
+    deleted = await run_in_threadpool(lambda: services.store.clear_history(user, scope))
+    return JSONResponse(scoped({"deleted": deleted}, scope))
 
 
 async def key_history(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
+    scope = scope_param(request, services.store.rules)
     limit = limit_param(request)
     before = int_param(request, "before", None, 1, MAX_ID)
+    key = request.path_params["key"]
     page = await run_in_threadpool(
-        services.store.key_history_page, user, request.path_params["key"], limit, before
+        lambda: services.store.key_history_page(user, key, limit, before, scope=scope)
     )
-    return JSONResponse(page.as_json())
+    return JSONResponse(scoped(page.as_json(), scope))
 
 
 async def revert(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
+    scope = scope_param(request, services.store.rules)
     key = services.store.rules.check_key_format(request.path_params["key"])
     body = await read_model(request, RevertBody, services.config.server.max_body_bytes)
-    reverted = await run_in_threadpool(services.store.revert, user, key, body.to)
+    reverted = await run_in_threadpool(
+        lambda: services.store.revert(user, key, body.to, scope=scope)
+    )
     services.metrics.memory_write("revert", "set" if reverted.entry else "delete")
-    return JSONResponse(written_json(reverted, services.config.memory.token_limit))
+    limit = services.store.rules.layer(scope).token_limit
+    return JSONResponse(scoped(written_json(reverted, limit), scope))
 
 
 async def export_memory(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
-    snapshot = await run_in_threadpool(services.store.snapshot, user)
-    return JSONResponse(export_document(user, snapshot))
+    scope = scope_param(request, services.store.rules)
+    store = services.store
+    if store.rules.scoped is None:  # no scopes: the person's own layer is all there is
+        snapshot = await run_in_threadpool(store.snapshot, user)
+        return JSONResponse(export_document(user, snapshot))
+    if scope == OWN:
+        snapshot = await run_in_threadpool(store.every_layer, user)
+    else:
+        snapshot = await run_in_threadpool(store.layer, user, scope)
+    return JSONResponse(export_document(user, snapshot, scoped=True))
 
 
 async def import_memory(request: Request) -> Response:
@@ -86,17 +111,36 @@ async def import_memory(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
+    rules = services.store.rules
+    named = request.query_params.get("scope")
+    scope = scope_param(request, rules)
     mode = _mode(request.query_params.get("mode", "merge"))
     raw = await read_body(request, services.config.server.max_body_bytes)
-    document = parse_json(raw)
-    items, expires = read_document(document), read_expiries(document)
-    imported = await run_in_threadpool(
-        lambda: services.store.import_document(user, items, mode=mode, expires=expires, since=began)
+    layers = read_layers(parse_json(raw), rules, named)
+    results = await run_in_threadpool(
+        lambda: services.store.import_layers(user, layers, mode=mode, since=began)
     )
-    services.metrics.memory_write("import", "set", imported.imported)
-    if imported.deleted:
-        services.metrics.memory_write("import", "delete", imported.deleted)
-    return JSONResponse(imported_json(imported, services.config.memory.token_limit))
+    for imported in results.values():
+        services.metrics.memory_write("import", "set", imported.imported)
+        if imported.deleted:
+            services.metrics.memory_write("import", "delete", imported.deleted)
+    return JSONResponse(_imported_body(results, rules, scope))
+
+
+def _imported_body(results: dict[str, Imported], rules: MemoryRules, scope: str) -> dict[str, Any]:
+    """What an import answers: the counts and totals of the layer it named (`scope`), or of
+    the person's own layer and, on a server that keeps scopes, under `"scopes"` those of each
+    scope the document held, by name."""
+    if scope != OWN or rules.scoped is None:
+        return scoped(imported_json(results[scope], rules.layer(scope).token_limit), scope)
+    return {
+        **imported_json(results[OWN], rules.token_limit),
+        "scopes": [
+            {"scope": layer, **imported_json(results[layer], rules.layer(layer).token_limit)}
+            for layer in sorted(results)
+            if layer != OWN
+        ],
+    }
 
 
 def _mode(raw: str) -> Literal["merge", "replace"]:

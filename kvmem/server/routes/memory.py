@@ -1,9 +1,14 @@
 """`/memory` and `/preferences`: reading and editing a user's entries by hand.
 
+Each `/memory` route acts on one layer of the user's memory: their own, or with `?scope=NAME`
+(a server with `memory.scopes`) that scope's, under that layer's keys and limits; a body
+answering for a scope says so with a top-level `"scope"`. `GET /memory/scopes` lists the
+user's scopes that hold entries.
+
 The history, revert, export/import and erasure routes live in `kvmem.server.routes.history`, the
 proposal routes in `kvmem.server.routes.proposals`; this module's `routes` lists them in the order
-that keeps `/memory/{key}` from taking `/memory/history`, `/memory/export` and
-`/memory/proposals`.
+that keeps `/memory/{key}` from taking `/memory/history`, `/memory/export`,
+`/memory/proposals` and `/memory/scopes`.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from kvmem.memory.proposals import review_in_effect
 from kvmem.memory.write_outcomes import written_json
 from kvmem.server.bodies import MemoryValue, Preferences, read_model
 from kvmem.server.routes import history, proposals, route
+from kvmem.server.routes.layers import scope_param, scoped
 from kvmem.server.services import Services, require_memory, services_of, user_of
 
 
@@ -29,11 +35,12 @@ async def list_memories(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
+    scope = scope_param(request, services.store.rules)
     if _include_expired(request.query_params.get("include_expired")):
-        snapshot, everything = await run_in_threadpool(_with_expired, services, user)
-        return JSONResponse(memory_overview(snapshot, services.config, everything))
-    snapshot = await run_in_threadpool(services.store.snapshot, user)
-    return JSONResponse(memory_overview(snapshot, services.config))
+        snapshot, everything = await run_in_threadpool(_with_expired, services, user, scope)
+        return JSONResponse(memory_overview(snapshot, services.config, everything, scope=scope))
+    snapshot = await run_in_threadpool(services.store.layer, user, scope)
+    return JSONResponse(memory_overview(snapshot, services.config, scope=scope))
 
 
 def _include_expired(raw: str | None) -> bool:
@@ -44,26 +51,44 @@ def _include_expired(raw: str | None) -> bool:
     raise BadRequest(f"include_expired must be true or false, not {raw[:40]!r}")
 
 
-def _with_expired(services: Services, user: str) -> tuple[Snapshot, tuple[Entry, ...]]:
-    entries = services.store.entries_with_expired(user)
-    return services.store.snapshot(user), entries
+def _with_expired(services: Services, user: str, scope: str) -> tuple[Snapshot, tuple[Entry, ...]]:
+    entries = services.store.entries_with_expired(user, scope)
+    return services.store.layer(user, scope), entries
+
+
+async def list_scopes(request: Request) -> Response:
+    services = services_of(request)
+    user = await user_of(request)
+    require_memory(services)
+    scopes = await run_in_threadpool(services.store.scopes, user)
+    return JSONResponse(
+        {
+            "scopes": [
+                {"scope": scope, "entries": entries, "total_tokens": tokens}
+                for scope, entries, tokens in scopes
+            ]
+        }
+    )
 
 
 async def clear_memories(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
-    deleted = await run_in_threadpool(services.store.clear, user)
+    scope = scope_param(request, services.store.rules)
+    deleted = await run_in_threadpool(services.store.clear, user, scope)
     services.metrics.memory_write("manual", "clear")
-    return JSONResponse({"deleted": deleted})
+    return JSONResponse(scoped({"deleted": deleted}, scope))
 
 
 async def get_memory(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
-    entry = await run_in_threadpool(services.store.get, user, request.path_params["key"])
-    return JSONResponse(entry.as_json())
+    scope = scope_param(request, services.store.rules)
+    key = request.path_params["key"]
+    entry = await run_in_threadpool(lambda: services.store.get(user, key, scope=scope))
+    return JSONResponse(scoped(entry.as_json(), scope))
 
 
 async def put_memory(request: Request) -> Response:
@@ -71,15 +96,17 @@ async def put_memory(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
-    key = services.store.rules.check_key(request.path_params["key"])
+    scope = scope_param(request, services.store.rules)
+    rules = services.store.rules.layer(scope)
+    key = rules.check_key(request.path_params["key"])
     body = await read_model(request, MemoryValue, services.config.server.max_body_bytes)
     expires_at = expiry_of(body.expires_at, body.expires_in, services.store.clock())
     written = await services.store.set_async(
-        user, key, body.value, "manual", since=began, expires_at=expires_at
+        user, key, body.value, "manual", since=began, expires_at=expires_at, scope=scope
     )
     services.metrics.memory_write("manual", "set")
     return JSONResponse(
-        written_json(written, services.config.memory.token_limit),
+        scoped(written_json(written, rules.token_limit), scope),
         status_code=201 if written.created else 200,
     )
 
@@ -89,8 +116,9 @@ async def delete_memory(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
+    scope = scope_param(request, services.store.rules)
     key = request.path_params["key"]
-    await run_in_threadpool(lambda: services.store.delete(user, key, since=began))
+    await run_in_threadpool(lambda: services.store.delete(user, key, since=began, scope=scope))
     services.metrics.memory_write("manual", "delete")
     return Response(status_code=204)
 
@@ -146,6 +174,7 @@ def _set_preferences(
 
 routes = [
     route("/memory", GET=list_memories, DELETE=clear_memories),
+    route("/memory/scopes", GET=list_scopes),
     *history.fixed_routes,
     *proposals.routes,
     route("/memory/{key}", GET=get_memory, PUT=put_memory, DELETE=delete_memory),

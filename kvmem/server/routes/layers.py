@@ -1,0 +1,24 @@
+"""The layer of a user's memory a `/memory` route acts on: their own, or with `?scope=NAME`
+(a server with `memory.scopes`) that scope's. One reading of `?scope` for every route, and one
+way a body answering for a scope says so (a top-level `"scope"`); bodies for the person's own
+layer are as they were before scopes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+
+from kvmem.memory.rules import OWN, MemoryRules
+
+
+def scope_param(request: Request, rules: MemoryRules) -> str:
+    """`?scope`: the layer the route acts on (`OWN` when absent); 400 `bad_request` when it
+    is malformed or empty, or the server keeps no scopes (`MemoryRules.scope`)."""
+    return rules.scope(request.query_params.get("scope"))
+
+
+def scoped(body: dict[str, Any], scope: str) -> dict[str, Any]:
+    """`body` as a route answers it for the layer `scope`: with a top-level `"scope"` when
+    that is a scope, unchanged for the person's own layer."""
+    return body if scope == OWN else {**body, "scope": scope}
