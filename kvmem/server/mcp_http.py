@@ -4,7 +4,9 @@ The `mcp` SDK is a large import (some 25 MiB of a server's memory and most of a 
 start), and most servers are never asked to speak MCP: so this module does not import it.
 The first `/mcp` request that passes the endpoint's checks makes the `McpHttp` transport,
 which imports `mcp_server.py` (the one module that imports the SDK), and starts it inside the
-app's lifespan; later requests use the running one.
+app's lifespan; later requests use the running one. A request's `X-Memory-Scope` (checked
+here: a malformed one, or one on a server without `memory.scopes`, is 400) is the default
+scope of its tool calls.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from kvmem.errors import BadRequest, MethodNotAllowed
 from kvmem.late_imports import import_late
 from kvmem.server.bodies import check_numbers, read_body
 from kvmem.server.services import Services, user_of
+
+SCOPE_HEADER = "X-Memory-Scope"
 
 
 def import_mcp_server() -> ModuleType:
@@ -41,6 +45,7 @@ class McpHttp:
     def __init__(self, services: Services) -> None:
         mcp_server = import_mcp_server()
         self.user_scope_key = mcp_server.USER_SCOPE_KEY
+        self.memory_scope_key = mcp_server.MEMORY_SCOPE_KEY
         self.sessions = mcp_server.http_sessions(services)
 
     @asynccontextmanager
@@ -49,9 +54,13 @@ class McpHttp:
         async with self.sessions.run():
             yield
 
-    async def handle(self, scope: Scope, receive: Receive, send: Send, *, user: str) -> None:
-        """Serve one `/mcp` request, acting for `user` (whom kvmem's auth found)."""
+    async def handle(
+        self, scope: Scope, receive: Receive, send: Send, *, user: str, memory_scope: str | None
+    ) -> None:
+        """Serve one `/mcp` request, acting for `user` (whom kvmem's auth found), its tool
+        calls in `memory_scope` unless they name theirs (None: the user's own memory)."""
         scope[self.user_scope_key] = user
+        scope[self.memory_scope_key] = memory_scope
         await self.sessions.handle_request(scope, receive, send)
 
 
@@ -125,12 +134,14 @@ class McpEndpoint:
             )
         user = await user_of(request)
         transport: McpTransport = scope["state"][self.state_key]
+        named = request.headers.get(SCOPE_HEADER)
+        memory_scope = None if named is None else transport.services.store.rules.scope(named)
         # Read here, within server.max_body_bytes, so that an oversized body gets kvmem's
         # 413; the transport then reads the same bytes.
         body = await read_body(request, transport.max_body_bytes)
         check_numbers(body)  # the transport's parser takes NaN and integers of any size
         http = await transport.http()
-        await http.handle(scope, _replay(body, receive), send, user=user)
+        await http.handle(scope, _replay(body, receive), send, user=user, memory_scope=memory_scope)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

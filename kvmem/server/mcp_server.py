@@ -1,7 +1,10 @@
 """kvmem as a Model Context Protocol server, so MCP clients (desktop assistants, IDE agents)
 read and write the same memory: tools `memory_list`, `memory_get`, `memory_set`,
 `memory_delete`, `memory_history`, `memory_proposals`, `memory_proposal_accept`,
-`memory_proposal_reject`, and the resource `memory://block`.
+`memory_proposal_reject`, and the resource `memory://block`. On a server that keeps scopes
+(`memory.scopes`) every tool takes a `scope`, and a session may name its default scope
+(`X-Memory-Scope` on `/mcp`, `kvmem mcp --scope`): an argument naming another scope than the
+session's is an error result, not a guess at which one was meant.
 
 The one module that imports the `mcp` SDK, itself imported only when first needed (`kvmem
 mcp`, or the first request to `/mcp`). It serves the SDK's low-level `Server` over two
@@ -29,9 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvmem.agent.tools import EXPIRES_DESCRIPTION, KEY_DESCRIPTION, refusal_message, tool_schema
 from kvmem.entries import utcnow
-from kvmem.errors import KvmemError, NotFound, describe_problems
+from kvmem.errors import BadRequest, KvmemError, NotFound, describe_problems
 from kvmem.memory.expiry import expiry_of
-from kvmem.memory.overview import memory_overview
+from kvmem.memory.overview import memory_overview, usage_percentage
+from kvmem.memory.rules import OWN, MemoryRules
 from kvmem.memory.write_outcomes import written_json
 from kvmem.server.services import Services
 
@@ -41,6 +45,13 @@ BLOCK_URI = "memory://block"
 DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT = 50, 500  # as GET /memory/history
 # Where `/mcp` leaves the authenticated user for the tool handlers (which see the request).
 USER_SCOPE_KEY = "kvmem.user"
+# Where `/mcp` leaves the scope its request's X-Memory-Scope named (checked already).
+MEMORY_SCOPE_KEY = "kvmem.memory_scope"
+SCOPE_DESCRIPTION = (
+    "The scope to act on: an assistant, a model or a project whose memory is kept apart "
+    "from the person's own (1-128 characters of A-Z, a-z, 0-9 and . _ : @ / -). Leave it "
+    "out for the session's scope (X-Memory-Scope), or else the person's own memory."
+)
 INSTRUCTIONS = (
     "kvmem holds a small key/value memory about the user that is shown to their assistants "
     "in every conversation. Read it with memory_list or memory_get; change it with "
@@ -50,9 +61,12 @@ INSTRUCTIONS = (
 
 
 class ToolArguments(BaseModel):
-    """Base of the tools' argument models: unknown arguments are refused, types not coerced."""
+    """Base of the tools' argument models: unknown arguments are refused, types not coerced.
+    Every tool acts on one layer of the user's memory: their own, or a `scope`'s."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    scope: str | None = Field(None, description=SCOPE_DESCRIPTION)
 
 
 class ListArguments(ToolArguments):
@@ -156,17 +170,28 @@ ANNOTATIONS = {
 }
 
 
-def tool_definitions(valid_keys: list[str] | None) -> list[types.Tool]:
+def tool_definitions(rules: MemoryRules) -> list[types.Tool]:
     """The tools as MCP lists them, with schemas generated from their argument models (the
-    key's description lists `validKeys` when set), as the memory agent's are."""
+    key's description lists `validKeys` when set), as the memory agent's are. `scope` is
+    shown last, and only on a server that keeps scopes (elsewhere naming one is an error)."""
+    scoped = rules.scoped
+    valid_keys = list(rules.valid_keys) if rules.valid_keys else None
+    if valid_keys is not None and scoped is not None:
+        valid_keys += scoped.valid_keys or ()
     tools = []
     for name, arguments in TOOLS.items():
         function = tool_schema(name, arguments, valid_keys)["function"]
+        schema = function["parameters"]
+        scope = schema["properties"].pop("scope")
+        if scoped is not None:
+            keys = ", ".join(scoped.valid_keys or ())
+            scope["description"] += f" The keys {keys} are kept per scope: name one for them."
+            schema["properties"]["scope"] = scope
         tools.append(
             types.Tool(
                 name=name,
                 description=" ".join(function["description"].split()),
-                input_schema=function["parameters"],
+                input_schema=schema,
                 annotations=ANNOTATIONS[name],
             )
         )
@@ -176,10 +201,18 @@ def tool_definitions(valid_keys: list[str] | None) -> list[types.Tool]:
 class MemoryMcp:
     """The MCP server's handlers over one app's services, for the user each request acts for."""
 
-    def __init__(self, services: Services, *, stdio_user: str | None = None) -> None:
+    def __init__(
+        self,
+        services: Services,
+        *,
+        stdio_user: str | None = None,
+        stdio_scope: str | None = None,
+    ) -> None:
         self.services = services
         self.stdio_user = stdio_user
-        self._tools = tool_definitions(services.config.memory.valid_keys)
+        self.stdio_scope = stdio_scope
+        self.rules: MemoryRules = services.store.rules
+        self._tools = tool_definitions(self.rules)
 
     def server(self) -> Server[Any]:
         """A low-level SDK `Server` with kvmem's tools and resource."""
@@ -204,6 +237,27 @@ class MemoryMcp:
         if not isinstance(user, str):
             raise MCPError(code=types.INVALID_REQUEST, message="no authenticated user")
         return user
+
+    def session_scope(self, ctx: ServerRequestContext[Any]) -> str | None:
+        """The scope this message's session named (None: none): `/mcp`'s X-Memory-Scope, or
+        `kvmem mcp --scope`; each checked before a tool runs."""
+        request = ctx.request
+        if request is None:
+            return self.stdio_scope
+        named = request.scope.get(MEMORY_SCOPE_KEY)
+        return named if isinstance(named, str) else None
+
+    def layer_of(self, ctx: ServerRequestContext[Any], named: str | None) -> str:
+        """The layer a tool call acts on: the scope its argument names, else the session's,
+        else the person's own; `BadRequest` for a malformed scope, a scope on a server that
+        keeps none, or an argument naming another scope than the session's."""
+        session = self.session_scope(ctx)
+        if named is not None and session is not None and named != session:
+            raise BadRequest(
+                f"the scope argument names {named!r} but this session's scope is {session!r} "
+                "(X-Memory-Scope, or kvmem mcp --scope): leave the argument out, or name the same"
+            )
+        return self.rules.scope(named if named is not None else session)
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -230,59 +284,101 @@ class MemoryMcp:
         if self.services.config.memory.disabled:
             return _error("Error: memory is disabled on this server (memory.disabled is true).")
         try:
+            layer = self.layer_of(ctx, arguments.scope)
+        except BadRequest as exc:
+            return _error(f"Error: {exc.message}")
+        try:
             return await anyio.to_thread.run_sync(
-                self._run_tool, params.name, user, arguments, began
+                self._run_tool, params.name, user, layer, arguments, began
             )
         except KvmemError as exc:
-            key = getattr(arguments, "key", None)
-            if isinstance(exc, NotFound) and params.name == "memory_get":
-                return _error(f'No memory with key "{key}".')
-            if isinstance(arguments, ProposalArguments):  # memory_proposal_accept and _reject
-                if isinstance(exc, NotFound):
-                    return _error(f"No pending proposal with id {arguments.id}.")
-                return _error(f"Error: {exc.message}; the proposal stays pending.")
-            return _error(refusal_message(exc, key, self.services.config.memory.valid_keys))
+            return self._refused(params.name, layer, arguments, exc)
+
+    def _refused(
+        self, name: str, layer: str, arguments: Any, exc: KvmemError
+    ) -> types.CallToolResult:
+        """A refused call's error result: what the memory agent is told, or plainer words."""
+        key = getattr(arguments, "key", None)
+        if isinstance(exc, NotFound) and name == "memory_get":
+            return _error(f'No memory with key "{key}".')
+        if isinstance(arguments, ProposalArguments):  # memory_proposal_accept and _reject
+            if isinstance(exc, NotFound):
+                return _error(f"No pending proposal with id {arguments.id}.")
+            return _error(f"Error: {exc.message}; the proposal stays pending.")
+        if layer == OWN and isinstance(key, str) and self.rules.is_scoped_key(key):
+            return _error(f"Error: {exc.message}")  # "kept per scope: name the scope ..."
+        return _error(refusal_message(exc, key, self.rules.layer(layer).valid_keys))
 
     def _run_tool(
-        self, name: str, user: str, arguments: Any, began: datetime
+        self, name: str, user: str, layer: str, arguments: Any, began: datetime
     ) -> types.CallToolResult:
-        """One tool call, in a worker thread (the store blocks)."""
-        store, config = self.services.store, self.services.config
+        """One tool call on one layer of the user's memory, in a worker thread (the store
+        blocks). A scoped call's answer names its `scope`."""
+        store = self.services.store
+        limit = self.rules.layer(layer).token_limit
         if name == "memory_list":
-            return _data(memory_overview(store.snapshot(user), config))
+            return _data(self._overview(user, layer))
         if name == "memory_get":
-            return _data(store.get(user, arguments.key).as_json())
+            return _data(_in_layer(store.get(user, arguments.key, scope=layer).as_json(), layer))
         if name == "memory_set":
             expires_at = expiry_of(arguments.expires_at, arguments.expires_in, store.clock())
             written = store.set(
-                user, arguments.key, arguments.value, "mcp", since=began, expires_at=expires_at
+                user,
+                arguments.key,
+                arguments.value,
+                "mcp",
+                since=began,
+                expires_at=expires_at,
+                scope=layer,
             )
             self.services.metrics.memory_write("mcp", "set")
             entry = written.entry
             return _result(
-                f'Memory set for key "{entry.key}" ({entry.token_count} tokens)',
-                written_json(written, config.memory.token_limit),
+                f'Memory set for key "{entry.key}" ({entry.token_count} tokens){_in(layer)}',
+                _in_layer(written_json(written, limit), layer),
             )
         if name == "memory_delete":
-            entry = store.delete(user, arguments.key, "mcp", since=began)
+            entry = store.delete(user, arguments.key, "mcp", since=began, scope=layer)
             self.services.metrics.memory_write("mcp", "delete")
-            return _result(f'Memory deleted for key "{entry.key}"', {"deleted": entry.as_json()})
+            return _result(
+                f'Memory deleted for key "{entry.key}"{_in(layer)}',
+                _in_layer({"deleted": entry.as_json()}, layer),
+            )
         if name == "memory_history":
-            page = store.history(user, arguments.key, arguments.limit, arguments.before)
-            return _data(page.as_json())
+            page = store.history(
+                user, arguments.key, arguments.limit, arguments.before, scope=layer
+            )
+            return _data(_in_layer(page.as_json(), layer))
         proposals = self.services.proposals
         if name == "memory_proposals":
-            return _data({"proposals": [p.as_json() for p in proposals.pending(user)]})
+            pending = proposals.pending(user, scope=layer)
+            return _data(_in_layer({"proposals": [p.as_json() for p in pending]}, layer))
         if name == "memory_proposal_accept":
-            accepted = proposals.accept(user, arguments.id)
+            accepted = proposals.accept(user, arguments.id, scope=layer)
             self.services.metrics.memory_write("agent", "set" if accepted.entry else "delete")
             return _result(
-                f"Proposal {arguments.id} kept", written_json(accepted, config.memory.token_limit)
+                f"Proposal {arguments.id} kept", _in_layer(written_json(accepted, limit), layer)
             )
         if name == "memory_proposal_reject":
-            proposals.reject(user, arguments.id)
-            return _result(f"Proposal {arguments.id} dismissed", {"rejected": 1})
+            proposals.reject(user, arguments.id, scope=layer)
+            return _result(f"Proposal {arguments.id} dismissed", _in_layer({"rejected": 1}, layer))
         raise AssertionError(f"tool {name} has no implementation")  # TOOLS and this agree
+
+    def _overview(self, user: str, layer: str) -> dict[str, Any]:
+        """`memory_list`'s answer: as `GET /memory`, for the person's own layer or, with the
+        scope's limits and keys, for one scope."""
+        store, config = self.services.store, self.services.config
+        if layer == OWN:
+            return memory_overview(store.snapshot(user), config)
+        overview = memory_overview(store.layer(user, layer), config)
+        rules = self.rules.layer(layer)
+        overview.update(
+            token_limit=rules.token_limit,
+            char_limit=rules.char_limit,
+            usage_percentage=usage_percentage(overview["total_tokens"], rules.token_limit),
+            valid_keys=list(rules.valid_keys or ()),
+        )
+        return _in_layer(overview, layer)
 
     async def _list_resources(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -313,6 +409,16 @@ class MemoryMcp:
         return types.ReadResourceResult(contents=[contents])
 
 
+def _in_layer(value: dict[str, Any], layer: str) -> dict[str, Any]:
+    """`value` naming its `scope` when it answers for one (the own layer's answers are as
+    they were before scopes)."""
+    return value if layer == OWN else {**value, "scope": layer}
+
+
+def _in(layer: str) -> str:
+    return "" if layer == OWN else f" in scope {layer!r}"
+
+
 def _result(text: str, structured: dict[str, Any]) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(text=text)], structured_content=structured
@@ -334,9 +440,10 @@ def _version() -> str:
     return version("kvmem")
 
 
-async def serve_stdio(services: Services, user_id: str) -> None:
-    """Serve MCP on stdin/stdout for `user_id` until the client closes the pipe."""
-    server = MemoryMcp(services, stdio_user=user_id).server()
+async def serve_stdio(services: Services, user_id: str, scope: str | None = None) -> None:
+    """Serve MCP on stdin/stdout for `user_id` until the client closes the pipe; `scope`
+    (checked by the caller): the tools' default scope."""
+    server = MemoryMcp(services, stdio_user=user_id, stdio_scope=scope).server()
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
