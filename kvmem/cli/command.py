@@ -50,6 +50,37 @@ def user_option(command: F) -> F:
     )(command)
 
 
+def scope_option(command: F) -> F:
+    """`--scope NAME`: which layer of the user's memory a command works on."""
+    return click.option(
+        "--scope",
+        "scope_name",
+        metavar="NAME",
+        default=None,
+        help="The scope to work on: an assistant, a model or a project whose memory is kept "
+        "apart from the person's own (memory.scopes; 1-128 characters of A-Z a-z 0-9 . _ : @ "
+        "/ -). Leave out for the person's own memory.",
+    )(command)
+
+
+def checked_scope(loaded: LoadedConfig, name: str | None) -> str:
+    """The layer `--scope` names ("" without it: the person's own), else exit 2 saying why: a
+    malformed name, or a config without `memory.scopes`."""
+    from kvmem.memory.rules import MemoryRules
+
+    rules = MemoryRules.from_config(loaded.config.memory)
+    if name is not None and rules.scoped is None:
+        fail(
+            f"--scope {name}: {loaded.source()} keeps no scopes (memory.scopes is not "
+            "configured); leave out --scope for the person's own memory",
+            2,
+        )
+    try:
+        return rules.scope(name)
+    except BadRequest as exc:
+        fail(f"--scope {name!r}: {exc.message}", 2)
+
+
 def fail(message: str, code: int) -> NoReturn:
     """Print `message` to stderr and exit with `code`."""
     click.echo(f"kvmem: {message}", err=True)

@@ -11,11 +11,13 @@ import click
 
 from kvmem.cli import views
 from kvmem.cli.command import (
+    checked_scope,
     checked_user,
     config_option,
     fail,
     loaded_config,
     open_database,
+    scope_option,
     user_option,
 )
 from kvmem.cli.output import json_option, show
@@ -146,13 +148,16 @@ def reach_models(loaded: LoadedConfig, timeout: float) -> None:
 @click.command()
 @config_option
 @user_option
-def mcp(user_id: str) -> None:
+@scope_option
+def mcp(user_id: str, scope_name: str | None) -> None:
     """Serve the MCP server on stdin/stdout, acting for --user (run pending migrations first).
 
-    For MCP clients that start kvmem themselves; stdout carries only the protocol.
+    For MCP clients that start kvmem themselves; stdout carries only the protocol. With
+    --scope, the tools act on that scope unless a call names its own (the same one).
     """
     loaded = loaded_config()
     user_id = checked_user(user_id)
+    checked_scope(loaded, scope_name)
     database = open_database(loaded)
 
     import anyio
@@ -168,7 +173,7 @@ def mcp(user_id: str) -> None:
 
     async def serve() -> None:
         try:
-            await serve_stdio(services, user_id)
+            await serve_stdio(services, user_id, scope_name)
         finally:
             await services.client.aclose()
 

@@ -37,6 +37,12 @@ USAGE_COLUMNS = (
     Column("WRITES", lambda used: used["writes"], justify="right"),
 )
 
+SCOPE_COLUMNS = (
+    Column("SCOPE", lambda scope: scope["scope"], style="cyan"),
+    Column("ENTRIES", lambda scope: scope["entries"], justify="right"),
+    Column("TOKENS", lambda scope: scope["total_tokens"], justify="right"),
+)
+
 KEY_COLUMNS = (
     Column("ID", lambda key: key["id"], style="bold"),
     Column("USER", lambda key: key["user_id"], style="cyan"),
@@ -52,8 +58,11 @@ EMPTY_MEMORY = (
 
 
 def memory_list(overview: dict[str, Any], console: Console) -> None:
-    """`kvmem memory list`: the entries, then how much of the limit they use."""
+    """`kvmem memory list`: the entries, then how much of the limit they use (of the scope
+    named above them, with --scope)."""
     memories = overview["memories"]
+    if "scope" in overview:
+        console.print(text(f"scope {overview['scope']}", "bold"))
     if memories:
         console.print(table(memories, MEMORY_COLUMNS))
     else:
@@ -73,6 +82,8 @@ def memory_entry(entry: dict[str, Any], console: Console) -> None:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
+    if "scope" in entry:
+        grid.add_row("scope", text(entry["scope"]))
     grid.add_row("key", text(entry["key"], "cyan"))
     grid.add_row("value", text(entry["value"]))
     grid.add_row("tokens", text(entry["token_count"]))
@@ -91,26 +102,33 @@ def written(outcome: dict[str, Any], console: Console) -> None:
         console.print(
             text(f"saved {entry['key']} ({_count(entry['token_count'], 'token')})"), end=" "
         )
-    console.print(text(f"· memory: {_tokens_used(outcome)}", "dim"))
+    console.print(text(f"· {_layer(outcome)}: {_tokens_used(outcome)}", "dim"))
 
 
 def cleared(outcome: dict[str, Any], console: Console) -> None:
     """`kvmem memory clear`."""
-    console.print(text(f"deleted {_count(outcome['deleted'], 'memory', 'memories')}"))
+    deleted = _count(outcome["deleted"], "memory", "memories")
+    console.print(
+        text(f"deleted {deleted}" + (f" of scope {outcome['scope']}" if "scope" in outcome else ""))
+    )
 
 
 def imported(outcome: dict[str, Any], console: Console) -> None:
-    """`kvmem memory import`."""
-    console.print(
-        text(f"imported {outcome['imported']}, deleted {outcome['deleted']}"),
-        text(f"· memory: {_tokens_used(outcome)}", "dim"),
-    )
+    """`kvmem memory import`: the counts of the layer it named, or of the person's own and of
+    each scope the document held, one line each."""
+    for layer in (outcome, *outcome.get("scopes", ())):
+        console.print(
+            text(f"imported {layer['imported']}, deleted {layer['deleted']}"),
+            text(f"· {_layer(layer)}: {_tokens_used(layer)}", "dim"),
+        )
 
 
 def history(page: dict[str, Any], console: Console) -> None:
     """`kvmem memory history`: one line per change, newest first."""
     from rich.table import Table
 
+    if "scope" in page:
+        console.print(text(f"scope {page['scope']}", "bold"))
     if not page["changes"]:
         console.print(text("No changes."))
         return
@@ -135,11 +153,28 @@ def history(page: dict[str, Any], console: Console) -> None:
 
 def proposals(value: dict[str, Any], console: Console) -> None:
     """`kvmem memory proposals`: what the agent wants to write, with the ids to act on."""
+    scope = f" --scope {value['scope']}" if "scope" in value else ""
+    if scope:
+        console.print(text(f"scope {value['scope']}", "bold"))
     if not value["proposals"]:
         console.print(text("No proposals waiting for review."))
         return
     console.print(table(value["proposals"], PROPOSAL_COLUMNS))
-    console.print(text("keep one: kvmem memory accept ID; dismiss: kvmem memory reject ID", "dim"))
+    console.print(
+        text(
+            f"keep one: kvmem memory accept{scope} ID; dismiss: kvmem memory reject{scope} ID",
+            "dim",
+        )
+    )
+
+
+def scopes(value: dict[str, Any], console: Console) -> None:
+    """`kvmem memory scopes`: the user's scopes that hold memory, with what each holds."""
+    if not value["scopes"]:
+        console.print(text("No scopes hold memory for this user."))
+        return
+    console.print(table(value["scopes"], SCOPE_COLUMNS))
+    console.print(text("see one: kvmem memory list --scope NAME", "dim"))
 
 
 def daily_usage(value: dict[str, Any], console: Console) -> None:
@@ -179,6 +214,11 @@ def _usage(rows: list[dict[str, Any]], columns: tuple[Column, ...], console: Con
     grid = table(rows, columns)
     grid.rows[-2].end_section = True  # a rule above the totals
     console.print(grid)
+
+
+def _layer(value: dict[str, Any]) -> str:
+    """What a write's totals are of: `memory` (the person's own) or `scope NAME`."""
+    return f"scope {value['scope']}" if "scope" in value else "memory"
 
 
 def _tokens_used(value: dict[str, Any]) -> str:
