@@ -103,11 +103,30 @@ def test_every_tool_shows_the_scope_argument_last(mcp: TestClient) -> None:
         "out for the session's scope (X-Memory-Scope), or else the person's own memory. "
         "The keys notes, decisions are kept per scope: name one for them."
     )
-    assert [list(tool["inputSchema"]["properties"])[-1] for tool in tools] == ["scope"] * 8
+    names = [tool["name"] for tool in tools]
+    assert names == [
+        "memory_list",
+        "memory_scopes",
+        "memory_get",
+        "memory_set",
+        "memory_delete",
+        "memory_history",
+        "memory_proposals",
+        "memory_proposal_accept",
+        "memory_proposal_reject",
+    ]
+    layered = [tool for tool in tools if tool["name"] != "memory_scopes"]
+    assert [list(tool["inputSchema"]["properties"])[-1] for tool in layered] == ["scope"] * 8
     assert all(
         tool["inputSchema"]["properties"]["scope"] == {"type": "string", "description": description}
-        for tool in tools
+        for tool in layered
     )
+    assert tools[1]["inputSchema"] == {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    }
+    assert tools[1]["annotations"]["readOnlyHint"] is True
     # The key may be the person's own or a scoped one.
     [memory_set] = [tool for tool in tools if tool["name"] == "memory_set"]
     assert memory_set["inputSchema"]["properties"]["key"]["description"].endswith(
@@ -159,6 +178,26 @@ def test_a_list_with_a_scope_shows_that_scope_only(mcp: TestClient, store: Memor
     assert (own["token_limit"], own["valid_keys"], "scope" in own) == (20, OWN_KEYS, False)
     empty = call(mcp, "memory_list", {"scope": "nothing-here"})[2]
     assert (empty["memories"], empty["total_tokens"]) == ([], 0)
+
+
+def test_memory_scopes_lists_the_users_scopes(mcp: TestClient, store: MemoryStore) -> None:
+    store.set("local", "city", "Lyon")
+    store.set("local", "notes", "Use Rust", scope="proj")
+    store.set("local", "decisions", "Go", scope="proj")
+    store.set("local", "notes", "Buy tiles", scope="kitchen")
+    store.set("bob", "notes", "bob's", scope="bobs-only")
+    listed = {
+        "scopes": [
+            {"scope": "kitchen", "entries": 1, "total_tokens": 2},
+            {"scope": "proj", "entries": 2, "total_tokens": 3},
+        ]
+    }
+    assert call(mcp, "memory_scopes", {}) == (False, json.dumps(listed), listed)
+    # A scoped session sees them all the same (it is how a client finds the others).
+    assert call(mcp, "memory_scopes", {}, **{"X-Memory-Scope": "proj"})[2] == listed
+    assert call(mcp, "memory_scopes", {"scope": "proj"}) == error(
+        "Error: invalid arguments for memory_scopes: scope: Extra inputs are not permitted."
+    )
 
 
 def test_the_header_names_the_default_scope(mcp: TestClient, store: MemoryStore) -> None:
@@ -219,6 +258,7 @@ def test_a_bad_scope_is_an_error_and_writes_nothing(
     assert (status, body) == (400, {"error": {"code": "bad_request", "message": NO_SCOPES}})
     tools = post(plain, "tools/list", {})[1]["result"]["tools"]
     assert [t for t in tools if "scope" in t["inputSchema"]["properties"]] == []
+    assert "memory_scopes" not in [t["name"] for t in tools]
     assert layers(store) == {}
     assert store.history("local").changes == ()
 
@@ -294,6 +334,8 @@ def test_kvmem_mcp_with_a_scope_acts_on_it(
 
     async def work() -> None:
         async with stdio_session(config, "--user", "alice", "--scope", "proj") as session:
+            instructions = session.initialize_result.instructions
+            assert instructions.endswith("each tool's scope argument names the one to act on.")
             written = await session.call_tool("memory_set", {"key": "notes", "value": "Use Rust"})
             assert (written.is_error, written.structured_content["scope"]) == (False, "proj")
             other = await session.call_tool("memory_list", {"scope": "kitchen"})

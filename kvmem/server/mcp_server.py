@@ -2,7 +2,7 @@
 read and write the same memory: tools `memory_list`, `memory_get`, `memory_set`,
 `memory_delete`, `memory_history`, `memory_proposals`, `memory_proposal_accept`,
 `memory_proposal_reject`, and the resource `memory://block`. On a server that keeps scopes
-(`memory.scopes`) every tool takes a `scope`, and a session may name its default scope
+(`memory.scopes`) every tool takes a `scope`, `memory_scopes` lists the user's, and a session may name its default scope
 (`X-Memory-Scope` on `/mcp`, `kvmem mcp --scope`): an argument naming another scope than the
 session's is an error result, not a guess at which one was meant.
 
@@ -58,30 +58,45 @@ INSTRUCTIONS = (
     "memory_set and memory_delete only when the user asks you to remember, update or forget "
     "something. The resource memory://block is the text injected into chats."
 )
+SCOPED_INSTRUCTIONS = (
+    " Some keys are kept per scope (an assistant, a model or a project), apart from the "
+    "user's own memory: memory_scopes lists the scopes, and each tool's scope argument "
+    "names the one to act on."
+)
 
 
 class ToolArguments(BaseModel):
-    """Base of the tools' argument models: unknown arguments are refused, types not coerced.
-    Every tool acts on one layer of the user's memory: their own, or a `scope`'s."""
+    """Base of the tools' argument models: unknown arguments are refused, types not coerced."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class LayerArguments(ToolArguments):
+    """Base of the tools that act on one layer of the user's memory: their own, or a
+    `scope`'s."""
 
     scope: str | None = Field(None, description=SCOPE_DESCRIPTION)
 
 
-class ListArguments(ToolArguments):
+class ListArguments(LayerArguments):
     """List everything remembered about the user: each entry's key, value, token count,
     source and dates (newest first), the total tokens against the token limit, and the
     allowed keys. Call it before changing memory to see what is already stored."""
 
 
-class GetArguments(ToolArguments):
+class ScopesArguments(ToolArguments):
+    """List the scopes that hold memory about the user (assistants, models or projects whose
+    memory is kept apart from the person's own), by name, with how many entries and tokens
+    each holds. Name one as `scope` in the other tools to read or change it."""
+
+
+class GetArguments(LayerArguments):
     """Read one memory about the user by its key."""
 
     key: str = Field(description=KEY_DESCRIPTION)
 
 
-class SetArguments(ToolArguments):
+class SetArguments(LayerArguments):
     """Remember something about the user: store `value` under `key`, replacing what the key
     held (so merge anything worth keeping into the new value). Use it only when the user asks
     to remember or update something; keep values short and factual."""
@@ -95,13 +110,13 @@ class SetArguments(ToolArguments):
     )
 
 
-class DeleteArguments(ToolArguments):
+class DeleteArguments(LayerArguments):
     """Forget a memory about the user: delete the entry at `key`."""
 
     key: str = Field(description=KEY_DESCRIPTION)
 
 
-class HistoryArguments(ToolArguments):
+class HistoryArguments(LayerArguments):
     """Show how the user's memory changed, newest first: each change's id, key, op (set or
     delete), old and new value, source (manual, agent, import, revert, mcp), conversation and
     time. Give `key` for one key's changes (also after it was deleted); for older changes,
@@ -117,13 +132,13 @@ class HistoryArguments(ToolArguments):
     before: int | None = Field(None, ge=1, description="Only changes with a smaller id.")
 
 
-class ProposalsArguments(ToolArguments):
+class ProposalsArguments(LayerArguments):
     """List the memory agent's proposals waiting for the user's review, newest first: each
     one's id, key, op (set or delete), proposed value, conversation and time. Nothing of
     them is remembered until the user keeps one."""
 
 
-class ProposalArguments(ToolArguments):
+class ProposalArguments(LayerArguments):
     """Keep one of the memory agent's proposals: apply it to memory now, under every rule
     (a proposal that no longer fits the token limit stays pending). Only when the user says so."""
 
@@ -136,6 +151,7 @@ class RejectArguments(ProposalArguments):
 
 TOOLS: dict[str, type[ToolArguments]] = {
     "memory_list": ListArguments,
+    "memory_scopes": ScopesArguments,
     "memory_get": GetArguments,
     "memory_set": SetArguments,
     "memory_delete": DeleteArguments,
@@ -151,6 +167,7 @@ TOOLS: dict[str, type[ToolArguments]] = {
 READ = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
 ANNOTATIONS = {
     "memory_list": READ,
+    "memory_scopes": READ,
     "memory_get": READ,
     "memory_history": READ,
     "memory_proposals": READ,
@@ -173,17 +190,20 @@ ANNOTATIONS = {
 def tool_definitions(rules: MemoryRules) -> list[types.Tool]:
     """The tools as MCP lists them, with schemas generated from their argument models (the
     key's description lists `validKeys` when set), as the memory agent's are. `scope` is
-    shown last, and only on a server that keeps scopes (elsewhere naming one is an error)."""
+    shown last, and it and `memory_scopes` only on a server that keeps scopes (elsewhere
+    naming one is an error)."""
     scoped = rules.scoped
     valid_keys = list(rules.valid_keys) if rules.valid_keys else None
     if valid_keys is not None and scoped is not None:
         valid_keys += scoped.valid_keys or ()
     tools = []
     for name, arguments in TOOLS.items():
+        if scoped is None and name == "memory_scopes":
+            continue
         function = tool_schema(name, arguments, valid_keys)["function"]
         schema = function["parameters"]
-        scope = schema["properties"].pop("scope")
-        if scoped is not None:
+        scope = schema["properties"].pop("scope", None)
+        if scope is not None and scoped is not None:
             keys = ", ".join(scoped.valid_keys or ())
             scope["description"] += f" The keys {keys} are kept per scope: name one for them."
             schema["properties"]["scope"] = scope
@@ -219,7 +239,7 @@ class MemoryMcp:
         return Server(
             "kvmem",
             version=_version(),
-            instructions=INSTRUCTIONS,
+            instructions=INSTRUCTIONS + (SCOPED_INSTRUCTIONS if self.rules.scoped else ""),
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_list_resources=self._list_resources,
@@ -284,7 +304,7 @@ class MemoryMcp:
         if self.services.config.memory.disabled:
             return _error("Error: memory is disabled on this server (memory.disabled is true).")
         try:
-            layer = self.layer_of(ctx, arguments.scope)
+            layer = self.layer_of(ctx, getattr(arguments, "scope", None))
         except BadRequest as exc:
             return _error(f"Error: {exc.message}")
         try:
@@ -318,6 +338,12 @@ class MemoryMcp:
         limit = self.rules.layer(layer).token_limit
         if name == "memory_list":
             return _data(self._overview(user, layer))
+        if name == "memory_scopes":  # every scope of the user's, whatever the session's
+            scopes = [
+                {"scope": scope, "entries": entries, "total_tokens": tokens}
+                for scope, entries, tokens in store.scopes(user)
+            ]
+            return _data({"scopes": scopes})
         if name == "memory_get":
             return _data(_in_layer(store.get(user, arguments.key, scope=layer).as_json(), layer))
         if name == "memory_set":
