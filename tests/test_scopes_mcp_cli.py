@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -32,7 +33,7 @@ from kvmem.memory.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from tests.support.cli import invoke
 from tests.support.matchers import entry
-from tests.support.processes import Result, run
+from tests.support.processes import Result, run, run_in_terminal
 
 OWN_KEYS = ["city", "drink"]
 SCOPED_KEYS = ["notes", "decisions"]
@@ -591,6 +592,22 @@ def test_cli_memory_scopes(kvmem: Callable[..., Result], cli_store: MemoryStore)
         ["see", "one:", "kvmem", "memory", "list", "--scope", "NAME"],
     ]
     assert render(views.scopes, {"scopes": []}) == "No scopes hold memory for this user.\n"
+
+
+def test_cli_memory_scopes_on_a_terminal(folder: Path, cli_store: MemoryStore) -> None:
+    cli_store.set("local", "notes", "Use Rust", scope="proj")
+    shown = run_in_terminal(["memory", "scopes"], cwd=folder, env={"NO_COLOR": "1"})
+    assert (shown.code, shown.stderr) == (0, "")
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).split() for line in shown.stdout.splitlines()]
+    assert (lines[0], lines[2], len(lines)) == (
+        ["SCOPE", "ENTRIES", "TOKENS"],
+        ["proj", "1", "2"],
+        4,
+    )
+    as_json = run_in_terminal(["memory", "scopes", "--json"], cwd=folder)
+    assert json.loads(as_json.stdout) == {
+        "scopes": [{"scope": "proj", "entries": 1, "total_tokens": 2}]
+    }
 
 
 def test_cli_proposals_with_a_scope(kvmem: Callable[..., Result], cli_store: MemoryStore):
