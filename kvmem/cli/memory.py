@@ -58,21 +58,10 @@ def memory_list(user_id: str, scope_name: str | None) -> None:
 
 
 def layer_overview(store: Any, loaded: LoadedConfig, user_id: str, scope: str) -> dict[str, Any]:
-    """`memory list`'s value: GET /memory's body for the person's own layer, or for one
-    scope with that layer's limits and keys (GET /memory?scope=NAME)."""
-    from kvmem.memory.overview import memory_overview, usage_percentage
+    """`memory list`'s value: GET /memory's body (with `?scope=`), one layer's."""
+    from kvmem.memory.overview import memory_overview
 
-    if scope == OWN:
-        return memory_overview(store.snapshot(user_id), loaded.config)
-    overview = memory_overview(store.layer(user_id, scope), loaded.config)
-    rules = store.rules.layer(scope)
-    overview.update(
-        token_limit=rules.token_limit,
-        char_limit=rules.char_limit,
-        usage_percentage=usage_percentage(overview["total_tokens"], rules.token_limit),
-        valid_keys=list(rules.valid_keys or ()),
-    )
-    return in_layer(overview, scope)
+    return memory_overview(store.layer(user_id, scope), loaded.config, scope=scope)
 
 
 def in_layer(value: dict[str, Any], scope: str) -> dict[str, Any]:

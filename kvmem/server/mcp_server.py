@@ -34,7 +34,7 @@ from kvmem.agent.tools import EXPIRES_DESCRIPTION, KEY_DESCRIPTION, refusal_mess
 from kvmem.entries import utcnow
 from kvmem.errors import BadRequest, KvmemError, NotFound, describe_problems
 from kvmem.memory.expiry import expiry_of
-from kvmem.memory.overview import memory_overview, usage_percentage
+from kvmem.memory.overview import memory_overview
 from kvmem.memory.rules import OWN, MemoryRules
 from kvmem.memory.write_outcomes import written_json
 from kvmem.server.services import Services
@@ -391,20 +391,9 @@ class MemoryMcp:
         raise AssertionError(f"tool {name} has no implementation")  # TOOLS and this agree
 
     def _overview(self, user: str, layer: str) -> dict[str, Any]:
-        """`memory_list`'s answer: as `GET /memory`, for the person's own layer or, with the
-        scope's limits and keys, for one scope."""
-        store, config = self.services.store, self.services.config
-        if layer == OWN:
-            return memory_overview(store.snapshot(user), config)
-        overview = memory_overview(store.layer(user, layer), config)
-        rules = self.rules.layer(layer)
-        overview.update(
-            token_limit=rules.token_limit,
-            char_limit=rules.char_limit,
-            usage_percentage=usage_percentage(overview["total_tokens"], rules.token_limit),
-            valid_keys=list(rules.valid_keys or ()),
-        )
-        return _in_layer(overview, layer)
+        """`memory_list`'s answer: as `GET /memory` (with `?scope=`), one layer's."""
+        snapshot = self.services.store.layer(user, layer)
+        return memory_overview(snapshot, self.services.config, scope=layer)
 
     async def _list_resources(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
