@@ -230,6 +230,8 @@ def test_the_header_names_the_default_scope(mcp: TestClient, store: MemoryStore)
     ]
     assert history["scope"] == "proj"
     assert call(mcp, "memory_history", {})[2]["changes"] == []  # the own layer's: none
+    # An empty header names no scope, as on the chat routes: the own layer.
+    assert call(mcp, "memory_list", {}, **{"X-Memory-Scope": " "})[2]["memories"] == []
 
 
 def test_a_bad_scope_is_an_error_and_writes_nothing(

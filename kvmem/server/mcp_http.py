@@ -134,7 +134,9 @@ class McpEndpoint:
             )
         user = await user_of(request)
         transport: McpTransport = scope["state"][self.state_key]
-        named = request.headers.get(SCOPE_HEADER)
+        # An empty header names no scope, as on the chat routes (a front end's template that
+        # rendered to nothing).
+        named = request.headers.get(SCOPE_HEADER, "").strip() or None
         memory_scope = None if named is None else transport.services.store.rules.scope(named)
         # Read here, within server.max_body_bytes, so that an oversized body gets kvmem's
         # 413; the transport then reads the same bytes.
