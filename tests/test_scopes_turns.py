@@ -137,7 +137,10 @@ def test_a_scope_without_entries_of_its_own_gets_the_unscoped_block(
 ):
     seeded = seed(make_store(**MEMORY))
     client = make_client(**chat_sections(memory={**NO_AGENT, **MEMORY}))
-    assert context(client, "empty")["block"] == own_block(seeded["/name"], seeded["/city"])
+    own = own_block(seeded["/name"], seeded["/city"])
+    assert context(client, **{"scope": "empty"})["block"] == own
+    client.post("/chat", json={"message": "hi", "scope": "empty"})
+    assert upstream.received(MAIN_MODEL)[-1].system == f"{SYSTEM_PROMPT}\n\n{own}"
 
 
 def test_each_part_of_the_block_keeps_within_its_own_token_limit(
@@ -551,14 +554,19 @@ def test_a_task_call_gets_no_block_and_no_run_in_a_scope(
 ):
     seed(make_store(**MEMORY))
     client = make_client(**chat_sections(memory=MEMORY))
+    scoped = {"X-Memory-Scope": "work"}
+    turn = client.post("/v1/chat/completions", json=completion(), headers=scoped)
+    assert turn.headers["X-Memory-Injected"] == "4"
     response = client.post(
         "/v1/chat/completions",
         json=completion(),
-        headers={"X-Memory-Scope": "work", "X-Memory-Task": "title_generation"},
+        headers={**scoped, "X-Memory-Task": "title_generation"},
     )
     assert response.headers["X-Memory-Agent"] == "task"
     assert response.headers["X-Memory-Injected"] == "0"
     assert upstream.received(MAIN_MODEL)[-1].system == ""
+    wait_agents_idle(client)
+    assert len(upstream.received(AGENT_MODEL)) == 1  # the turn's, not the task call's
 
 
 def test_the_scope_is_per_request_in_a_conversation(
