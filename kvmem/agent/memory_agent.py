@@ -199,7 +199,7 @@ class MemoryAgent:
         `AgentRun.main_ended`; the sidecar hook, which has no main response, passes one.
         With `review` its writes become proposals (`kvmem.memory.proposals`). A scoped turn
         passes its `scope`, with `entries` holding the scope's beside the person's own (each
-        `Entry` says which).
+        `Entry` says which; an `isolated` scope's run is shown its scope's only).
         """
         run = AgentRun(
             state="running",
@@ -377,7 +377,7 @@ class MemoryAgent:
             own, scope, pending = entries, None, self._pending(run, user_id, OWN)
         else:
             layer = self.store.rules.layer(run.scope)
-            own = () if layer.isolated else [e for e in entries if e.scope == OWN]
+            own = [e for e in entries if e.scope == OWN]  # not shown when isolated
             scope = ScopePart(
                 run.scope,
                 [e for e in entries if e.scope == run.scope],

@@ -198,7 +198,7 @@ class MemoryService:
         run = self.agent.start(
             user_id,
             conversation_id,
-            self._agent_entries(snapshot, scope),
+            snapshot.entries,
             window,
             slot=slot,
             review=review,
@@ -310,20 +310,13 @@ class MemoryService:
         return self.agent.start(
             user_id,
             conversation_id,
-            self._agent_entries(snapshot, scope),
+            snapshot.entries,
             window,
             slot=slot,
             deadline=deadline,
             review=review,
             scope=scope,
         )
-
-    def _agent_entries(self, snapshot: Snapshot, scope: str) -> Sequence[Entry]:
-        """The entries the agent may touch: all that were read, or the scope's alone when
-        it is `isolated`."""
-        if scope == OWN or not self.rules.layer(scope).isolated:
-            return snapshot.entries
-        return [entry for entry in snapshot.entries if entry.scope == scope]
 
     def _context(self, user_id: str, scope: str) -> MemoryContext:
         snapshot, entries, block = self._read(user_id, scope)

@@ -234,11 +234,12 @@ class MainStream:
 
 def _char_limit(memory_service: MemoryService, memory: TurnMemory) -> int:
     """The longest value a marker of this turn may hold: its layers' `charLimit`."""
-    own = memory_service.config.memory.char_limit
-    scoped = memory_service.rules.scoped
-    if memory.run.scope == "" or scoped is None:
-        return own
-    return scoped.char_limit if scoped.isolated else max(own, scoped.char_limit)
+    config = memory_service.config.memory
+    scopes = config.scopes
+    if scopes is None or memory.run.scope == "":
+        return config.char_limit
+    scoped = scopes.char_limit or config.char_limit
+    return scoped if scopes.isolated else max(config.char_limit, scoped)
 
 
 def message_text(content: Any) -> str:
