@@ -3,6 +3,7 @@ the block's two parts, and the memory agent writing each key where it belongs.""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -325,6 +326,40 @@ def test_an_isolated_turn_writes_only_its_scope(upstream, chat_sections, make_cl
     assert "(isolated: only its memory is seen and written)" in prompt
     assert "Ada" not in prompt and "Rome" not in prompt and "Valid keys" not in prompt
     assert "kvmem ships Friday" in prompt
+
+
+def test_json_mode_routes_each_operation_by_its_key(
+    upstream, chat_sections, make_client, make_store
+):
+    store = make_store(**MEMORY)
+    client = make_client(**chat_sections(memory=MEMORY, agent={"mode": "json"}))
+    operations = [
+        {"op": "set", "key": "project_goals", "value": "ship"},
+        {"op": "set", "key": "name", "value": "Ada"},
+    ]
+    upstream.script(AGENT_MODEL, Reply(content=json.dumps({"operations": operations})))
+    body = {"messages": [{"role": "user", "content": "Remember..."}], "scope": "work"}
+    assert client.post("/memory/agent", json=body).json() == {
+        "agent": "done",
+        "updates": operations,
+    }
+    assert every_layer(store) == [("", "name", "Ada"), ("work", "project_goals", "ship")]
+
+    upstream.script(
+        AGENT_MODEL,
+        Reply(content=json.dumps({"operations": operations[:1]})),
+        Reply(content='{"operations": []}'),  # the corrective call gives up
+    )
+    unscoped = client.post("/memory/agent", json={"messages": body["messages"]}).json()
+    assert unscoped["agent"] == "done"
+    assert unscoped["updates"] == [
+        {
+            **operations[0],
+            "error": f'Invalid key "project_goals". Must be one of: {", ".join(OWN_KEYS)} '
+            "(it is kept per scope, and this chat names no scope)",
+        }
+    ]
+    assert every_layer(store) == [("", "name", "Ada"), ("work", "project_goals", "ship")]
 
 
 def test_a_scoped_turns_writes_under_review_are_proposed_in_its_scope(
