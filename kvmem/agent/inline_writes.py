@@ -42,11 +42,7 @@ async def _write_marker(
 ) -> tuple[str, bool]:
     """Apply one marker as the matching tool call would be; a refused one is reported in
     `updates` with its error."""
-    result, ok = (
-        (marker.error, False)
-        if marker.error is not None
-        else await writer.write(run, user_id, marker.key, marker.value)
-    )
-    if not ok:
-        run.record(MemoryUpdate(marker.op, marker.key, marker.value, error=result))
-    return result, ok
+    if marker.error is not None:
+        run.record(MemoryUpdate(marker.op, marker.key, marker.value, error=marker.error))
+        return marker.error, False
+    return await writer.write(run, user_id, marker.key, marker.value, report_refusal=True)

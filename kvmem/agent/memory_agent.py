@@ -12,6 +12,10 @@ calling, through one JSON object (`mode: json`, parsed in kvmem/agent/json_mode.
 applied by the `MemoryWriter` (kvmem/agent/writer.py), with the same checks and result
 texts. Under `placement: inline` there is no agent call: the run's task applies the main
 reply's markers (kvmem/agent/inline_writes.py). Every run ends the same way (`_end`).
+
+A scoped turn's run (`memory.scopes`) sees the entries it may touch, the person's own and
+its scope's (the scope's only when `isolated`), each part with its limit, and is told which
+keys are kept per scope and which scope the chat is; its tools list the keys it may write.
 """
 
 from __future__ import annotations
@@ -30,16 +34,22 @@ from kvmem.agent.inline_writes import write_markers
 from kvmem.agent.json_mode import JSON_MODE_INSTRUCTIONS, parse_answer, results_message
 from kvmem.agent.ledger import Ledger
 from kvmem.agent.markers import Marker
-from kvmem.agent.prompts import DEFAULT_AGENT_INSTRUCTIONS, ChatLine, render_agent_input
+from kvmem.agent.prompts import (
+    DEFAULT_AGENT_INSTRUCTIONS,
+    ChatLine,
+    ScopePart,
+    render_agent_input,
+)
 from kvmem.agent.run import AgentError, AgentRun, AgentState, DeadlinePassed
 from kvmem.agent.run_slots import RunSlot, RunSlots
-from kvmem.agent.tools import tool_definitions
+from kvmem.agent.tools import tool_definitions, writable_keys
 from kvmem.agent.usage import UsageStore
 from kvmem.agent.writer import MemoryWriter
 from kvmem.config import AgentConfig, Config
 from kvmem.entries import Entry, utcnow
 from kvmem.errors import UserErased
-from kvmem.memory.proposals import ProposalStore
+from kvmem.memory.proposals import Proposal, ProposalStore
+from kvmem.memory.rules import OWN
 from kvmem.memory.store import MemoryStore
 from kvmem.metrics import Metrics
 from kvmem.upstream.base import Target
@@ -97,12 +107,12 @@ class MemoryAgent:
         )
         self.outcomes: Counter[str] = Counter()
         self.last_error: AgentError | None = None
-        self.writer = MemoryWriter(
-            store, self.proposals, config.memory.valid_keys, self.metrics, self.outcomes
-        )
+        self.writer = MemoryWriter(store, self.proposals, self.metrics, self.outcomes)
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs: set[AgentRun] = set()
         self._tools = tool_definitions(config.memory.valid_keys)
+        # A scoped turn's tools list the keys it may write: the same in every scope.
+        self._scoped_tools = tool_definitions(writable_keys(store.rules, scoped_turn=True))
         self._scrubber = SecretScrubber.from_config(config)  # failures may quote a secret
         # Decided once from the config, not on every request.
         self._enabled = config.agent_status()[0] and target is not None
@@ -180,19 +190,23 @@ class MemoryAgent:
         slot: RunSlot,
         deadline: float | None = None,
         review: bool = False,
+        scope: str = OWN,
     ) -> AgentRun:
         """Start a run as a tracked task; it works until done or cancelled at its deadline,
         and gives `slot` back when it ends.
 
         Without `deadline` (a `time.monotonic()` value) the deadline is set later, by
         `AgentRun.main_ended`; the sidecar hook, which has no main response, passes one.
-        With `review` its writes become proposals (`kvmem.memory.proposals`).
+        With `review` its writes become proposals (`kvmem.memory.proposals`). A scoped turn
+        passes its `scope`, with `entries` holding the scope's beside the person's own (each
+        `Entry` says which; an `isolated` scope's run is shown its scope's only).
         """
         run = AgentRun(
             state="running",
             user_id=user_id,
             conversation_id=conversation_id,
             review=review,
+            scope=scope,
             _loop=asyncio.get_running_loop(),
         )
         task = self._track(run, self._run(run, user_id, entries, window, time.monotonic()))
@@ -356,11 +370,26 @@ class MemoryAgent:
     def _agent_input(
         self, run: AgentRun, user_id: str, entries: Sequence[Entry], window: Sequence[ChatLine]
     ) -> str:
-        """The run's input message (with the proposals pending review, under review)."""
+        """The run's input message (with the proposals pending review, under review); a
+        scoped turn's holds its scope's part."""
         memory = self.config.memory
-        pending = self.proposals.pending(user_id) if run.review else ()
+        if run.scope == OWN:
+            own, scope, pending = entries, None, self._pending(run, user_id, OWN)
+        else:
+            layer = self.store.rules.layer(run.scope)
+            own = [e for e in entries if e.scope == OWN]  # not shown when isolated
+            scope = ScopePart(
+                run.scope,
+                [e for e in entries if e.scope == run.scope],
+                layer.token_limit,
+                layer.valid_keys or (),
+                layer.isolated,
+            )
+            pending = self._pending(run, user_id, run.scope)
+            if not layer.isolated:
+                pending = self._pending(run, user_id, OWN) + pending
         return render_agent_input(
-            entries,
+            own,
             memory.token_limit,
             memory.valid_keys,
             window,
@@ -368,7 +397,11 @@ class MemoryAgent:
             self.store.tokens,
             pending,
             now=self.store.clock(),
+            scope=scope,
         )
+
+    def _pending(self, run: AgentRun, user_id: str, scope: str) -> tuple[Proposal, ...]:
+        return self.proposals.pending(user_id, scope) if run.review else ()
 
     async def _converse_tools(
         self, run: AgentRun, user_id: str, messages: list[dict[str, Any]]
@@ -376,8 +409,9 @@ class MemoryAgent:
         """Native tool calls: apply them; a second call carries the results if one failed."""
         assert self.target is not None
         for _ in range(MAX_MODEL_CALLS):
+            tools = self._tools if run.scope == OWN else self._scoped_tools
             response = await self._call_model(
-                run, messages, user_id, tools=self._tools, tool_choice="auto"
+                run, messages, user_id, tools=tools, tool_choice="auto"
             )
             message = first_choice(response)["message"]
             listed = an_array(message.get("tool_calls"), "choices[0].message.tool_calls")

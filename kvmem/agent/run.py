@@ -73,6 +73,8 @@ class AgentRun:
     conversation_id: str | None = None
     # Whether its writes become proposals for the person's review (`kvmem.memory.proposals`).
     review: bool = False
+    # The turn's scope ("": none): a scoped key is written there (`MemoryRules.scope_of_write`).
+    scope: str = ""
     task: asyncio.Task[None] | None = None
     deadline: float | None = None  # time.monotonic(); None until the main response ends
     started_at: datetime = field(default_factory=utcnow)
@@ -90,7 +92,12 @@ class AgentRun:
 
     @classmethod
     def pending(
-        cls, user_id: str, conversation_id: str | None, *, review: bool = False
+        cls,
+        user_id: str,
+        conversation_id: str | None,
+        *,
+        review: bool = False,
+        scope: str = "",
     ) -> AgentRun:
         """An inline run: `running` from the start of the request, its task started only
         when the main response ends (kvmem/agent/memory_agent.py `MemoryAgent.apply_markers`)."""
@@ -99,6 +106,7 @@ class AgentRun:
             user_id=user_id,
             conversation_id=conversation_id,
             review=review,
+            scope=scope,
             _loop=asyncio.get_running_loop(),
         )
 

@@ -1,5 +1,6 @@
-"""The memory agent's two tools: their argument models, the schemas generated from them, and the
-text a model is told when a write is refused (shared with the MCP server's tools)."""
+"""The memory agent's two tools: their argument models, the schemas generated from them, the
+keys a turn may write (`writable_keys`), and the text a model is told when a write is refused
+(shared with the MCP server's tools)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from kvmem.errors import (
     NotFound,
     ValueTooLong,
 )
+from kvmem.memory.rules import MemoryRules
 
 KEY_DESCRIPTION = "The memory key: lowercase letters, digits and _, starting with a letter."
 EXPIRES_DESCRIPTION = (
@@ -77,6 +79,20 @@ def tool_schema(
 def tool_definitions(valid_keys: Sequence[str] | None) -> list[dict[str, Any]]:
     """The agent's tools in OpenAI's format; the key's description lists `validKeys` when set."""
     return [tool_schema(name, arguments, valid_keys) for name, arguments in TOOLS.items()]
+
+
+def writable_keys(rules: MemoryRules, scoped_turn: bool) -> tuple[str, ...] | None:
+    """The keys the agent may write in a turn (None: any well-formed key): the person's own
+    `validKeys`, and in a scoped turn the keys kept per scope too (only those when scopes
+    are `isolated`)."""
+    scoped = rules.scoped
+    if not scoped_turn or scoped is None:
+        return rules.valid_keys
+    if scoped.isolated:
+        return scoped.valid_keys
+    if rules.valid_keys is None:
+        return None
+    return (*rules.valid_keys, *(scoped.valid_keys or ()))
 
 
 def refusal_message(exc: KvmemError, key: Any, valid_keys: Sequence[str] | None) -> str:

@@ -5,6 +5,11 @@ Shared by /chat and /v1/chat/completions, and by the sidecar hooks (/memory/cont
 degrades, chat does not: when the store cannot be read the request goes on without memory
 and the agent state is `failed`. The daily token budget is read in the same trip off the
 event loop as the memory itself.
+
+A turn may name a scope (`memory.scopes`, CONTRACT section 23): its block is still one read of
+the store (`MemoryStore.snapshot(user, scope)`: the person's own entries and the scope's),
+rendered in two parts, each within its own `tokenLimit` (the scope's only, when `isolated`),
+and its agent run writes each key where it belongs.
 """
 
 from __future__ import annotations
@@ -30,16 +35,19 @@ from kvmem.agent.prompts import (
 )
 from kvmem.agent.run import AgentRun, AgentState
 from kvmem.agent.run_slots import RunSlot
+from kvmem.agent.tools import writable_keys
 from kvmem.config import Config
 from kvmem.entries import Entry, Snapshot
 from kvmem.errors import BadRequest, StoreUnavailable
 from kvmem.memory.proposals import review_in_effect
+from kvmem.memory.rules import OWN
 from kvmem.memory.store import MemoryStore
 
 log = logging.getLogger("kvmem.turn_memory")
 
 BLOCK_COUNTS_KEPT = 256
-BLOCKS_KEPT = 1024  # rendered blocks, one per user (the store keeps as many users' entries)
+# Rendered blocks, one per user and scope (the store keeps as many users' entries).
+BLOCKS_KEPT = 1024
 MAX_CONVERSATION_ID = 200  # the width of memory_changes.conversation_id and agent_runs'
 _PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]+")
 
@@ -103,17 +111,25 @@ class MemoryService:
         # A block changes only when the user's memory does, and counting a 200-entry block
         # costs more than reading and rendering it: recent counts are kept (thread-safe).
         self._block_tokens = functools.lru_cache(maxsize=BLOCK_COUNTS_KEPT)(store.tokens.count)
-        # Per user: the entries last rendered, the ones injected and their block (read by
-        # worker threads without the lock: a race only renders a block twice).
-        self._blocks: dict[str, tuple[Sequence[Entry], list[Entry], str]] = {}
+        # Per user and scope: the entries last rendered, the ones injected and their block
+        # (read by worker threads without the lock: a race only renders a block twice).
+        self._blocks: dict[tuple[str, str], tuple[Sequence[Entry], list[Entry], str]] = {}
         self._blocks_lock = threading.Lock()
         self.agent = agent
+        self.rules = store.rules
         self.ledger = agent.ledger  # the budget is the ledger's, not the agent's
         self.inline = config.inline_memory()
         memory = config.memory
-        self.marker_instructions = (
-            memory.agent and memory.agent.instructions
-        ) or render_marker_instructions(memory.valid_keys, memory.char_limit)
+        given = memory.agent and memory.agent.instructions
+        self.marker_instructions = given or render_marker_instructions(
+            memory.valid_keys, memory.char_limit
+        )
+        # A scoped turn's markers may use the keys it may write (see `writable_keys`).
+        scoped = self.rules.scoped
+        self.scoped_marker_instructions = given or render_marker_instructions(
+            writable_keys(self.rules, scoped_turn=True),
+            scoped.char_limit if scoped is not None and scoped.isolated else memory.char_limit,
+        )
 
     def window(self, messages: Sequence[ChatLine]) -> list[ChatLine]:
         """The last `messageWindowSize` user/assistant messages, ending at the newest user one."""
@@ -129,8 +145,10 @@ class MemoryService:
         messages: Sequence[ChatLine],
         *,
         temporary: bool,
+        scope: str = OWN,
     ) -> TurnMemory:
-        """Read the user's memory, render the block and start the agent (before the main call)."""
+        """Read the user's memory, render the block and start the agent (before the main call);
+        `scope`: the turn's (checked by `MemoryRules.scope`), "" for none."""
         window = self.window(messages)
         newest = newest_user_text(messages)
         # An inline turn makes no agent call, so it takes no run slot.
@@ -141,7 +159,7 @@ class MemoryService:
             if not self.config.memory.disabled and not temporary:
                 try:
                     snapshot, entries, block, over_budget, review = await run_in_threadpool(
-                        self._read_turn, user_id
+                        self._read_turn, user_id, scope
                     )
                 except StoreUnavailable as exc:
                     log.warning(
@@ -156,6 +174,7 @@ class MemoryService:
                     block,
                     review,
                     self._inline_verdict(temporary, store_failed, snapshot, window),
+                    scope,
                 )
             state = self.agent.verdict(
                 temporary=temporary,
@@ -177,7 +196,13 @@ class MemoryService:
             return TurnMemory(block, [e.key for e in entries], run)
         assert snapshot is not None and slot is not None  # read and reserved when it runs
         run = self.agent.start(
-            user_id, conversation_id, snapshot.entries, window, slot=slot, review=review
+            user_id,
+            conversation_id,
+            snapshot.entries,
+            window,
+            slot=slot,
+            review=review,
+            scope=scope,
         )
         return TurnMemory(block, [e.key for e in entries], run)
 
@@ -218,23 +243,23 @@ class MemoryService:
         block: str,
         review: bool,
         state: AgentState | None,
+        scope: str,
     ) -> TurnMemory:
         """An inline turn: the block followed by the marker instructions, and a run that
         applies the markers once the main response ends (`main_ended`)."""
         keys = [e.key for e in entries]
         if state is not None:
             return TurnMemory(block, keys, self.agent.not_run(state, user_id, conversation_id))
-        block = with_marker_instructions(block, self.marker_instructions)
-        return TurnMemory(
-            block, keys, AgentRun.pending(user_id, conversation_id, review=review), inline=True
-        )
+        instructions = self.marker_instructions if scope == OWN else self.scoped_marker_instructions
+        run = AgentRun.pending(user_id, conversation_id, review=review, scope=scope)
+        return TurnMemory(with_marker_instructions(block, instructions), keys, run, inline=True)
 
-    async def context(self, user_id: str) -> MemoryContext:
-        """The block a chat request of this user would get now (`StoreUnavailable` if the
-        store cannot be read): the same read and render as `begin`."""
+    async def context(self, user_id: str, scope: str = OWN) -> MemoryContext:
+        """The block a chat request of this user (in `scope`) would get now
+        (`StoreUnavailable` if the store cannot be read): the same read and render as `begin`."""
         if self.config.memory.disabled:
             return MemoryContext("", [], 0, False)
-        return await run_in_threadpool(self._context, user_id)
+        return await run_in_threadpool(self._context, user_id, scope)
 
     async def start_agent(
         self,
@@ -242,8 +267,9 @@ class MemoryService:
         conversation_id: str | None,
         messages: Sequence[ChatLine],
         deadline: float,
+        scope: str = OWN,
     ) -> AgentRun:
-        """Run the agent on `messages` outside a chat turn, cut off at `deadline`
+        """Run the agent on `messages` outside a chat turn (in `scope`), cut off at `deadline`
         (`time.monotonic()`); a run that does not start comes back finished, with its state."""
         window = self.window(messages)
         # Decide what needs no read first, so that a server without an agent answers
@@ -260,7 +286,9 @@ class MemoryService:
             return self.agent.not_run(state, user_id, conversation_id)  # counted, as a turn's
         slot = self.agent.reserve(user_id)
         try:
-            snapshot, _, _, over_budget, review = await run_in_threadpool(self._read_turn, user_id)
+            snapshot, _, _, over_budget, review = await run_in_threadpool(
+                self._read_turn, user_id, scope
+            )
         except BaseException:
             if slot is not None:
                 slot.release()
@@ -287,10 +315,11 @@ class MemoryService:
             slot=slot,
             deadline=deadline,
             review=review,
+            scope=scope,
         )
 
-    def _context(self, user_id: str) -> MemoryContext:
-        snapshot, entries, block = self._read(user_id)
+    def _context(self, user_id: str, scope: str) -> MemoryContext:
+        snapshot, entries, block = self._read(user_id, scope)
         return MemoryContext(
             block=block,
             injected=[entry.key for entry in entries],
@@ -298,28 +327,51 @@ class MemoryService:
             enabled=snapshot.memories_enabled,
         )
 
-    def _read(self, user_id: str) -> tuple[Snapshot, list[Entry], str]:
-        """Read the user's memory and render its block (one trip off the event loop)."""
-        snapshot = self.store.snapshot(user_id)
+    def _read(self, user_id: str, scope: str = OWN) -> tuple[Snapshot, list[Entry], str]:
+        """Read the user's memory (and the scope's, in one read) and render its block (one
+        trip off the event loop)."""
+        snapshot = self.store.snapshot(user_id, scope)
         if not snapshot.memories_enabled:
             return snapshot, [], ""
         # The store hands out the same entries object until the user's memory changes, so
         # the block rendered from it is reused as long as that object is the one read.
-        rendered = self._blocks.get(user_id)
+        reader = (user_id, scope)
+        rendered = self._blocks.get(reader)
         if rendered is not None and rendered[0] is snapshot.entries:
             return snapshot, rendered[1], rendered[2]
-        entries = entries_within(snapshot.entries, self.config.memory.token_limit)
-        block = render_memory_block(entries)
+        if scope == OWN:
+            entries = entries_within(snapshot.entries, self.config.memory.token_limit)
+            block = render_memory_block(entries)
+        else:
+            entries, block = self._render_scoped(snapshot.entries, scope)
         with self._blocks_lock:
             if len(self._blocks) >= BLOCKS_KEPT:
                 del self._blocks[next(iter(self._blocks))]
-            self._blocks[user_id] = (snapshot.entries, entries, block)
+            self._blocks[reader] = (snapshot.entries, entries, block)
         return snapshot, entries, block
 
-    def _read_turn(self, user_id: str) -> tuple[Snapshot, list[Entry], str, bool, bool]:
+    def _render_scoped(self, read: Sequence[Entry], scope: str) -> tuple[list[Entry], str]:
+        """A scoped turn's injected entries (the person's own, then the scope's) and block:
+        each part within its own layer's `tokenLimit`; the scope's alone when `isolated`."""
+        layer = self.rules.layer(scope)
+        own = (
+            []
+            if layer.isolated
+            else entries_within(
+                [entry for entry in read if entry.scope == OWN], self.config.memory.token_limit
+            )
+        )
+        scoped = entries_within(
+            [entry for entry in read if entry.scope == scope], layer.token_limit
+        )
+        return [*own, *scoped], render_memory_block(own, scope, scoped)
+
+    def _read_turn(
+        self, user_id: str, scope: str = OWN
+    ) -> tuple[Snapshot, list[Entry], str, bool, bool]:
         """`_read`, whether the user is over the daily token budget and whether the agent's
         writes wait for review (one trip off the event loop)."""
-        snapshot, entries, block = self._read(user_id)
+        snapshot, entries, block = self._read(user_id, scope)
         over_budget = snapshot.memories_enabled and self._over_budget(user_id)
         return snapshot, entries, block, over_budget, self._review(user_id)
 

@@ -6,6 +6,12 @@ checks of the store (keys, limits, the run's commit guard) and each answered by 
 model sees: what was written, or why it was refused (`refusal_message`, kvmem/agent/tools.py,
 beside the tool schemas it shares with the MCP server). A write runs in a worker thread and
 is recorded on its `AgentRun`. It makes no model call and knows nothing of HTTP.
+
+With `memory.scopes` each write goes to the layer its key belongs to in the run's turn
+(`MemoryRules.scope_of_write`: a scoped key to the turn's scope, any other to the person's
+own). A key the turn cannot write there (a scoped key in an unscoped turn, an own key in an
+isolated one) is refused like a key outside `validKeys`, and the refusal is also reported in
+the run's `updates`, with its error, so the reply says that nothing was written.
 """
 
 from __future__ import annotations
@@ -22,10 +28,16 @@ from pydantic import ValidationError
 
 from kvmem.agent.json_mode import DeleteOperation, SetOperation
 from kvmem.agent.run import AgentRun, MemoryUpdate
-from kvmem.agent.tools import DeleteMemoryArguments, SetMemoryArguments, refusal_message
-from kvmem.errors import KvmemError, UserErased, describe_problems
+from kvmem.agent.tools import (
+    DeleteMemoryArguments,
+    SetMemoryArguments,
+    refusal_message,
+    writable_keys,
+)
+from kvmem.errors import KeyNotAllowed, KvmemError, UserErased, describe_problems
 from kvmem.memory.expiry import parse_expires_at
 from kvmem.memory.proposals import ProposalStore
+from kvmem.memory.rules import OWN
 from kvmem.memory.store import MemoryStore
 from kvmem.metrics import Metrics
 
@@ -45,13 +57,12 @@ class MemoryWriter:
         self,
         store: MemoryStore,
         proposals: ProposalStore,
-        valid_keys: Sequence[str] | None,
         metrics: Metrics,
         outcomes: Counter[str],
     ) -> None:
         self.store = store
         self.proposals = proposals
-        self.valid_keys = valid_keys
+        self.rules = store.rules
         self.metrics = metrics
         self.outcomes = outcomes  # the agent's: counts answers capped at MAX_TOOL_CALLS
 
@@ -118,34 +129,73 @@ class MemoryWriter:
         key: str,
         value: str | None,
         expires_at: str | None = None,
+        *,
+        report_refusal: bool = False,
     ) -> tuple[str, bool]:
         """Set `key` (or delete it when `value` is None; a set may expire at `expires_at`, a
-        date or date-time) in a worker thread, or propose it under review; the result text
-        the model sees and whether the write landed."""
+        date or date-time) in a worker thread, in the layer it belongs to, or propose it under
+        review; the result text the model sees and whether the write landed.
+
+        A refusal is recorded in the run's `updates` (with its error) when `report_refusal`
+        asks for it, and always when the turn's scope is why (see the module's docstring).
+        """
+        try:
+            scope = self.rules.scope_of_write(key, run.scope)
+        except KeyNotAllowed as exc:
+            return self._refused(run, exc, key, value, report=True), False
         try:
             expiry = parse_expires_at(expires_at) if expires_at is not None else None
             if run.review:
                 return await anyio.to_thread.run_sync(
-                    self._propose, run, user_id, key, value, expiry, abandon_on_cancel=True
+                    self._propose, run, user_id, key, value, expiry, scope, abandon_on_cancel=True
                 ), True
             if value is None:
                 return await anyio.to_thread.run_sync(
-                    self._delete, run, user_id, key, abandon_on_cancel=True
+                    self._delete, run, user_id, key, scope, abandon_on_cancel=True
                 ), True
             return await anyio.to_thread.run_sync(
-                self._set, run, user_id, key, value, expiry, abandon_on_cancel=True
+                self._set, run, user_id, key, value, expiry, scope, abandon_on_cancel=True
             ), True
         except UserErased:
             raise  # the run ends: nothing of an erased user is written
         except KvmemError as exc:
-            return self.refusal(exc, key), False
+            return self._refused(run, exc, key, value, report=report_refusal), False
 
-    def refusal(self, exc: KvmemError, key: str) -> str:
-        """The result string the model sees for a refused write."""
-        return refusal_message(exc, key, self.valid_keys)
+    def _refused(
+        self, run: AgentRun, exc: KvmemError, key: str, value: str | None, *, report: bool
+    ) -> str:
+        """The refusal's text, recorded in the run's `updates` when `report` says so."""
+        refusal = self.refusal(exc, key, run.scope)
+        if report:
+            run.record(
+                MemoryUpdate("set" if value is not None else "delete", key, value, error=refusal)
+            )
+        return refusal
+
+    def refusal(self, exc: KvmemError, key: str, turn_scope: str = OWN) -> str:
+        """The result string the model sees for a refused write in a turn of `turn_scope`:
+        the keys it lists are those the turn may write, and a key refused because of the
+        turn's scope says so."""
+        message = refusal_message(
+            exc, key, writable_keys(self.rules, scoped_turn=turn_scope != OWN)
+        )
+        if not isinstance(exc, KeyNotAllowed):
+            return message
+        scoped_key = self.rules.is_scoped_key(key)
+        if turn_scope == OWN and scoped_key:
+            return f"{message} (it is kept per scope, and this chat names no scope)"
+        if turn_scope != OWN and not scoped_key and self.rules.layer(turn_scope).isolated:
+            return f"{message} (this chat's scope is isolated: only its keys are written)"
+        return message
 
     def _set(
-        self, run: AgentRun, user_id: str, key: str, value: str, expires_at: datetime | None
+        self,
+        run: AgentRun,
+        user_id: str,
+        key: str,
+        value: str,
+        expires_at: datetime | None,
+        scope: str,
     ) -> str:
         guard = run.commit_guard()
         try:
@@ -158,6 +208,7 @@ class MemoryWriter:
                 guard=guard,
                 since=run.started_at,
                 expires_at=expires_at,
+                scope=scope,
             )
             run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
         finally:
@@ -168,7 +219,7 @@ class MemoryWriter:
             f", until {until.date().isoformat()})" if until is not None else ")"
         )
 
-    def _delete(self, run: AgentRun, user_id: str, key: str) -> str:
+    def _delete(self, run: AgentRun, user_id: str, key: str, scope: str) -> str:
         guard = run.commit_guard()
         try:
             self.store.delete(
@@ -178,6 +229,7 @@ class MemoryWriter:
                 conversation_id=run.conversation_id,
                 guard=guard,
                 since=run.started_at,
+                scope=scope,
             )
             run.record(MemoryUpdate("delete", key))
         finally:
@@ -192,6 +244,7 @@ class MemoryWriter:
         key: str,
         value: str | None,
         expires_at: datetime | None,
+        scope: str,
     ) -> str:
         guard = run.commit_guard()
         try:
@@ -203,6 +256,7 @@ class MemoryWriter:
                 guard=guard,
                 since=run.started_at,
                 expires_at=expires_at,
+                scope=scope,
             )
             run.record(MemoryUpdate(proposal.op, proposal.key, proposal.value, pending=True))
         finally:

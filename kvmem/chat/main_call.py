@@ -64,7 +64,7 @@ class MainCall:
         self._chunks: AsyncIterator[Chunk] | None = None
         self._ended = False
         self._markers = (
-            ReplyMarkers(marker_limit(memory_service.config.memory.char_limit))
+            ReplyMarkers(marker_limit(_char_limit(memory_service, memory)))
             if memory.inline
             else None
         )
@@ -83,6 +83,7 @@ class MainCall:
         temporary: bool = False,
         window: Sequence[ChatLine] | None = None,
         task: str | None = None,
+        scope: str = "",
     ) -> MainCall:
         """Begin the request's memory and set up its main call: what every route does.
 
@@ -92,6 +93,7 @@ class MainCall:
         messages' system message (`inject`), and the call goes to `model` (default
         `chat.model`; see `chat_target`) with `params` beside the messages. A front end's
         `task` call (`kvmem.chat.task_calls`) gets no memory: no block, no agent, no markers.
+        `scope` is the turn's (`MemoryRules.scope`; "": none).
         """
         target = chat_target(memory_service.config.chat, model)
         if task is not None:
@@ -102,6 +104,7 @@ class MainCall:
                 conversation_id,
                 chat_lines(messages) if window is None else window,
                 temporary=temporary,
+                scope=scope,
             )
         return cls(
             memory_service, client, memory, target, inject(messages, memory.block), user_id, params
@@ -227,6 +230,16 @@ class MainStream:
             yield self._on_error(exc)
         finally:
             await rendered.aclose()
+
+
+def _char_limit(memory_service: MemoryService, memory: TurnMemory) -> int:
+    """The longest value a marker of this turn may hold: its layers' `charLimit`."""
+    config = memory_service.config.memory
+    scopes = config.scopes
+    if scopes is None or memory.run.scope == "":
+        return config.char_limit
+    scoped = scopes.char_limit or config.char_limit
+    return scoped if scopes.isolated else max(config.char_limit, scoped)
 
 
 def message_text(content: Any) -> str:

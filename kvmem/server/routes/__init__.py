@@ -10,6 +10,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from kvmem.agent.turn_memory import TurnMemory, check_conversation_id
+from kvmem.errors import BadRequest
+from kvmem.memory.rules import OWN
 from kvmem.server.services import services_of
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -45,6 +47,33 @@ def conversation_id(request: Request) -> str | None:
         names = services_of(request).config.auth.conversation_id_headers
         value = next((headers[name] for name in names if name in headers), None)
     return check_conversation_id(value)
+
+
+def turn_scope(request: Request, in_body: str | None = None, *, model: str | None = None) -> str:
+    """The scope a turn names (CONTRACT section 23): `X-Memory-Scope` or the body's `scope`
+    (400 when both are given and differ; an empty header names none, as an empty
+    `X-Conversation-Id` does), else, on `/v1` and `/api` (`model`) with
+    `memory.scopes.by_model`, `model:<model id>`; `OWN` for none. 400 when the scope is
+    malformed or the server keeps no scopes (`MemoryRules.scope`)."""
+    services = services_of(request)
+    in_header = request.headers.get("x-memory-scope", "").strip() or None
+    if in_header is not None and in_body is not None and in_header != in_body:
+        raise BadRequest("X-Memory-Scope and the body's scope name different scopes")
+    named = in_body if in_body is not None else in_header
+    rules = services.store.rules
+    if named is not None:
+        return rules.scope(named)
+    scopes = services.config.memory.scopes
+    if model is None or scopes is None or not scopes.by_model:
+        return OWN
+    try:
+        return rules.scope(f"model:{model}")
+    except BadRequest as exc:
+        raise BadRequest(
+            f"the model id {model!r} cannot form a scope (memory.scopes.by_model makes it "
+            f"'model:<model id>', 1-128 characters of A-Z, a-z, 0-9 and . _ : @ / -): "
+            "send X-Memory-Scope to name the scope"
+        ) from exc
 
 
 def memory_headers(memory: TurnMemory) -> dict[str, str]:

@@ -1,4 +1,7 @@
-"""`POST /chat` and `/conversations`: stored conversations with memory, streamed or not."""
+"""`POST /chat` and `/conversations`: stored conversations with memory, streamed or not.
+
+A turn may name a scope (`"scope"` in the body, or `X-Memory-Scope`); the scope is the
+request's, not the conversation's: each turn names its own."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from kvmem.chat.main_call import MainCall
 from kvmem.entries import utcnow
 from kvmem.errors import BadRequest, StoreUnavailable, UserErased, error_body
 from kvmem.server.bodies import INT64_MAX, RequestBody, read_model
-from kvmem.server.routes import route
+from kvmem.server.routes import route, turn_scope
 from kvmem.server.routes.paging import limit_param
 from kvmem.server.routes.streaming import ClosingStreamingResponse
 from kvmem.server.services import Services, services_of, user_of
@@ -37,15 +40,18 @@ class ChatRequest(RequestBody):
     max_turns: StrictInt | None = Field(None, ge=0)
     memory: StrictBool = True
     stream: StrictBool = False
+    # The turn's scope (`memory.scopes`): per request, not kept with the conversation.
+    scope: StrictStr | None = None
 
 
 class Turn:
     """One /chat turn: its request, its conversation and its memory."""
 
-    def __init__(self, services: Services, user_id: str, body: ChatRequest) -> None:
+    def __init__(self, services: Services, user_id: str, body: ChatRequest, scope: str) -> None:
         self.services = services
         self.user_id = user_id
         self.body = body
+        self.scope = scope
         self.new = body.conversation_id is None
         self.conversation_id = body.conversation_id or new_conversation_id()
         self.memory: TurnMemory | None = None
@@ -79,6 +85,7 @@ class Turn:
             conversation_id=self.conversation_id,
             temporary=not self.body.memory,
             window=window,
+            scope=self.scope,
         )
         self.memory = call.memory
         return call
@@ -133,7 +140,7 @@ async def chat(request: Request) -> Response:
         raise BadRequest("message is empty")
     if "\x00" in body.message:
         raise BadRequest("message contains a NUL character, which cannot be stored")
-    turn = Turn(services, user_id, body)
+    turn = Turn(services, user_id, body, turn_scope(request, body.scope))
     call = await turn.start()
     if not body.stream:
         response = await call.complete()

@@ -4,7 +4,8 @@ the app's messages).
 
 Both go through `MemoryService`, the same code /chat and /v1 use, so the block an app gets
 here is byte for byte the block kvmem would inject itself, and an agent run here is tracked,
-bounded and drained exactly like a chat turn's.
+bounded and drained exactly like a chat turn's. Both take the turn's scope from
+`X-Memory-Scope` or the body's `scope` (400 when the two differ).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from kvmem.agent.turn_memory import check_conversation_id
 from kvmem.chat.main_call import chat_line
 from kvmem.errors import BadRequest, TooManyRuns
 from kvmem.server.bodies import RequestBody, read_model
-from kvmem.server.routes import conversation_id
+from kvmem.server.routes import conversation_id, turn_scope
 from kvmem.server.services import services_of, user_of
 
 # The agent reads only the last `messageWindowSize` messages; a client that sends more than
@@ -44,6 +45,7 @@ class ContextRequest(RequestBody):
     """`POST /memory/context`."""
 
     system: StrictStr = ""
+    scope: StrictStr | None = None
 
 
 class AgentMessage(BaseModel):
@@ -77,6 +79,7 @@ class AgentRequest(RequestBody):
     conversation_id: StrictStr | None = None
     wait: StrictBool = True
     deadline_seconds: float = Field(10, gt=0, le=MAX_DEADLINE_SECONDS)
+    scope: StrictStr | None = None
 
 
 async def memory_context(request: Request) -> Response:
@@ -86,7 +89,7 @@ async def memory_context(request: Request) -> Response:
     body = await read_model(
         request, ContextRequest, services.config.server.max_body_bytes, optional=True
     )
-    context = await services.memory.context(user)
+    context = await services.memory.context(user, turn_scope(request, body.scope))
     return JSONResponse(
         {
             "block": context.block,
@@ -105,9 +108,10 @@ async def memory_agent(request: Request) -> Response:
     user = await user_of(request)
     body = await read_model(request, AgentRequest, services.config.server.max_body_bytes)
     conversation_id = _conversation_id(request, body.conversation_id)
+    scope = turn_scope(request, body.scope)
     lines = [chat_line(message.role, message.content) for message in body.messages]
     run = await services.memory.start_agent(
-        user, conversation_id, lines, deadline=arrived + body.deadline_seconds
+        user, conversation_id, lines, deadline=arrived + body.deadline_seconds, scope=scope
     )
     if run.state == "busy":
         agent = services.config.memory.agent

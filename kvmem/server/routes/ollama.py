@@ -3,7 +3,7 @@
 
 Anything configured with `OLLAMA_HOST` gets memory by pointing at kvmem. The model call is the
 same as `/v1`'s (`kvmem.chat.main_call`: the block injected, the agent on the request's messages,
-`X-Memory: off`, the auth of every route); only the request translation and the reply
+`X-Memory: off`, `X-Memory-Scope`, the auth of every route); only the request translation and the reply
 rendering (`kvmem.server.ollama_shapes`) are Ollama's. Replies stream as NDJSON by default; a
 failure after the first line is a last line `{"error": "..."}`.
 """
@@ -31,7 +31,7 @@ from kvmem.server.ollama_shapes import (
     show_reply,
     timestamp,
 )
-from kvmem.server.routes import conversation_id, memory_headers, memory_off, route
+from kvmem.server.routes import conversation_id, memory_headers, memory_off, route, turn_scope
 from kvmem.server.routes.streaming import ClosingStreamingResponse
 from kvmem.server.services import Services, services_of, user_of
 
@@ -56,6 +56,8 @@ async def _generation(request: Request, shape: type[ChatBody | GenerateBody]) ->
     user_id = await user_of(request)
     body: Generation = await read_model(request, shape, services.config.server.max_body_bytes)
     reply = Reply(body.kind, _served(services, body.model), started)
+    # The served model's id, as `/v1` names it: a model's scope is the same on both.
+    scope = turn_scope(request, model=reply.model)
     if body.loads_only:
         return _loaded(reply, body.stream)
     params = body.params()
@@ -72,6 +74,7 @@ async def _generation(request: Request, shape: type[ChatBody | GenerateBody]) ->
         conversation_id=conversation_id(request),
         temporary=memory_off(request),
         task=services.task_calls.task_of(request.headers, messages),
+        scope=scope,
     )
     if not body.stream:
         return JSONResponse(reply.whole(await call.complete()), headers=memory_headers(call.memory))

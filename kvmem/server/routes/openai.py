@@ -1,7 +1,8 @@
 """The OpenAI-compatible proxy: `POST /v1/chat/completions` and `GET /v1/models`.
 
 A request passes through to the configured upstream with the memory block injected into its
-system message, while the memory agent reads the request's own messages. Responses keep
+system message, while the memory agent reads the request's own messages; `X-Memory-Scope`
+(or, with `memory.scopes.by_model`, the model) names the turn's scope. Responses keep
 OpenAI's shapes, streamed or not; an upstream failure after the stream started is sent as a
 final `data: {"error": ...}` event, so no client mistakes a cut stream for a whole answer.
 """
@@ -20,7 +21,7 @@ from starlette.routing import Route
 from kvmem.chat.main_call import MainCall
 from kvmem.errors import BadRequest, ModelNotFound, error_body
 from kvmem.server.bodies import read_model
-from kvmem.server.routes import conversation_id, memory_headers, memory_off
+from kvmem.server.routes import conversation_id, memory_headers, memory_off, turn_scope
 from kvmem.server.routes.streaming import ClosingStreamingResponse
 from kvmem.server.services import services_of, user_of
 
@@ -76,6 +77,7 @@ async def chat_completions(request: Request) -> Response:
             f"the model {body.model!r} does not exist; available: "
             + ", ".join(services.config.chat.served_models())
         )
+    scope = turn_scope(request, model=body.model)
     call = await MainCall.start(
         services.memory,
         services.client,
@@ -87,6 +89,7 @@ async def chat_completions(request: Request) -> Response:
         conversation_id=conversation_id(request),
         temporary=memory_off(request),
         task=services.task_calls.task_of(request.headers, body.messages),
+        scope=scope,
     )
     if not body.stream:
         return JSONResponse(await call.complete(), headers=memory_headers(call.memory))
