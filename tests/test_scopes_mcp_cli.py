@@ -723,3 +723,20 @@ def test_check_refuses_a_key_in_both_lists(tmp_path: Path) -> None:
         "  memory: Value error, notes: in both memory.validKeys and memory.scopes.validKeys; "
         "a key is either the person's own or kept per scope, never both\n",
     )
+
+
+def test_the_block_resource_is_the_sessions_scoped_block(mcp: TestClient, store: MemoryStore):
+    store.set("local", "city", "Lyon")
+    store.set("local", "notes", "Use Rust", scope="proj")
+    store.set("local", "notes", "Buy tiles", scope="kitchen")
+
+    def block(**headers: str) -> str:
+        status, body = post(mcp, "resources/read", {"uri": "memory://block"}, **headers)
+        assert status == 200, body
+        [contents] = body["result"]["contents"]
+        return contents["text"]
+
+    scoped, own = block(**{"X-Memory-Scope": "proj"}), block()
+    assert ("Lyon" in scoped, "Use Rust" in scoped, "Buy tiles" in scoped) == (True, True, False)
+    assert ("Lyon" in own, "Use Rust" in own, "Buy tiles" in own) == (True, False, False)
+    assert "proj" in scoped

@@ -403,7 +403,8 @@ class MemoryMcp:
             name="memory_block",
             title="Memory block",
             description="The memory block kvmem appends to this user's system message in "
-            "every chat (empty when memory is off or holds nothing).",
+            "every chat (in the session's scope, when it names one; empty when memory is off "
+            "or holds nothing).",
             mime_type="text/plain",
         )
         return types.ListResourcesResult(resources=[block])
@@ -415,7 +416,7 @@ class MemoryMcp:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {params.uri}")
         user = self.user(ctx)
         try:
-            context = await self.services.memory.context(user)
+            context = await self.services.memory.context(user, self.layer_of(ctx, None))
         except KvmemError as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from exc
         contents = types.TextResourceContents(
