@@ -168,10 +168,10 @@ def test_turns_that_end_up_not_running_the_agent_give_their_slot_back(
     # The store failed for erin's read.
     read_turn = memory._read_turn
 
-    def failing(user_id: str) -> Any:
+    def failing(user_id: str, scope: str = "") -> Any:
         if user_id == "erin":
             raise StoreUnavailable("the memory store is unavailable: disk full")
-        return read_turn(user_id)
+        return read_turn(user_id, scope)
 
     memory._read_turn = failing  # type: ignore[method-assign]
     assert [turn("erin"), turn("erin"), turn("frank")] == ["failed", "failed", "ran"]
@@ -192,10 +192,10 @@ def test_a_run_reads_the_budget_only_while_holding_its_slot(
     reads = 0
     release = threading.Event()
 
-    def held_second_read(user_id: str) -> Any:
+    def held_second_read(user_id: str, scope: str = "") -> Any:
         nonlocal reads
         reads += 1
-        read = read_turn(user_id)
+        read = read_turn(user_id, scope)
         if reads == 2:  # B's: read while A runs, handed back once A has ended
             assert release.wait(10)
         return read
