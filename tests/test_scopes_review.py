@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from tests.support.apps import MAIN_MODEL
+
 MakeClient = Callable[..., TestClient]
 SERVICE_KEY = "svc-scopes-review-41c2"
 KEYS_AUTH = {"mode": "keys", "service_keys": [SERVICE_KEY]}
@@ -70,3 +72,56 @@ def test_a_query_naming_two_scopes_is_400_and_changes_nothing(
     # The same name twice is one scope, and a lone ?scope is as it was.
     again = client.get("/memory?scope=kitchen&scope=kitchen", headers=ALICE)
     assert again.status_code == 200 and again.json()["scope"] == "kitchen"
+
+
+TWO_HEADERS = bad_request(
+    "X-Memory-Scope is given more than once, naming different scopes: name one"
+)
+
+
+def scope_headers(*scopes: str) -> list[tuple[str, str]]:
+    return [*ALICE.items(), *(("X-Memory-Scope", scope) for scope in scopes)]
+
+
+def test_two_different_x_memory_scope_headers_are_400_on_the_hooks_and_mcp(
+    client: TestClient,
+) -> None:
+    """Starlette's `headers.get` took the first of two X-Memory-Scope headers: a front end's
+    header and a proxy's appended one would have the turn read and write a scope nobody
+    meant."""
+    client.put("/memory/notes?scope=kitchen", json={"value": "walnut"}, headers=ALICE)
+    both = scope_headers("kitchen", "thesis")
+    context = client.post("/memory/context", json={}, headers=both)
+    assert (context.status_code, context.json()) == (400, TWO_HEADERS)
+    agent = client.post(
+        "/memory/agent", json={"messages": [{"role": "user", "content": "hi"}]}, headers=both
+    )
+    assert (agent.status_code, agent.json()) == (400, TWO_HEADERS)
+    mcp = client.post(
+        "/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+        headers=[*both, ("Accept", "application/json, text/event-stream")],
+    )
+    assert (mcp.status_code, mcp.json()) == (400, TWO_HEADERS)
+
+    # The same scope twice is that scope; an empty one beside it names nothing more.
+    for headers in (scope_headers("kitchen", "kitchen"), scope_headers("kitchen", "")):
+        given = client.post("/memory/context", json={}, headers=headers)
+        assert given.status_code == 200, given.text
+        assert '<scope_memory scope="kitchen">' in given.json()["block"]
+
+
+def test_two_different_x_memory_scope_headers_are_400_on_v1_and_chat(
+    upstream: Any, chat_sections: Callable[..., dict[str, Any]], make_client: MakeClient
+) -> None:
+    client = make_client(**chat_sections(memory={"agent": None, **MEMORY}))
+    both = [("X-Memory-Scope", "kitchen"), ("X-Memory-Scope", "thesis")]
+    completion = {"model": f"openai/{MAIN_MODEL}", "messages": [{"role": "user", "content": "hi"}]}
+    v1 = client.post("/v1/chat/completions", json=completion, headers=both)
+    assert (v1.status_code, v1.json()["error"]["message"]) == (
+        400,
+        TWO_HEADERS["error"]["message"],
+    )
+    chat = client.post("/chat", json={"message": "hi"}, headers=both)
+    assert (chat.status_code, chat.json()) == (400, TWO_HEADERS)
+    assert upstream.received(MAIN_MODEL) == []
