@@ -4,12 +4,15 @@ merged (main at 28ba2f9). On SQLite and PostgreSQL."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from tests.support.apps import MAIN_MODEL
+from kvmem.errors import NotFound
+from kvmem.memory.store import MemoryStore
+from tests.support.apps import MAIN_MODEL, services
 
 MakeClient = Callable[..., TestClient]
 SERVICE_KEY = "svc-scopes-review-41c2"
@@ -125,3 +128,51 @@ def test_two_different_x_memory_scope_headers_are_400_on_v1_and_chat(
     chat = client.post("/chat", json={"message": "hi"}, headers=both)
     assert (chat.status_code, chat.json()) == (400, TWO_HEADERS)
     assert upstream.received(MAIN_MODEL) == []
+
+
+# --- a scoped entry's expiry ----------------------------------------------------------------
+
+
+def test_a_scoped_entrys_expiry_is_in_its_history_when_the_history_is_read(
+    client: TestClient,
+) -> None:
+    """Section 24: an expired entry's history holds its `expire` change "by the time any route
+    reads that user's memory after it". A history read settled the person's own layer only, so
+    a scope's entry that came due showed no `expire` (until a turn in that scope, the page's
+    list of it, or the sweep). The app's sweep, on the same clock, may get there first when
+    the machine is busy: the store-level test below is the one that cannot pass by chance."""
+    now = datetime.now(UTC)
+    store = services(client).store
+    store.set("alice", "notes", "oak", scope="kitchen", expires_at=now + timedelta(hours=1))
+    store.clock = lambda: now + timedelta(hours=2)
+
+    history = client.get("/memory/history?scope=kitchen", headers=ALICE).json()
+    assert [(c["key"], c["op"], c["source"]) for c in history["changes"]] == [
+        ("notes", "expire", "system"),
+        ("notes", "set", "manual"),
+    ]
+    key_history = client.get("/memory/notes/history?scope=kitchen", headers=ALICE).json()
+    assert [c["op"] for c in key_history["changes"]] == ["expire", "set"]
+    assert client.get("/memory/history", headers=ALICE).json()["changes"] == []
+
+
+@pytest.mark.parametrize("read", ["history", "key_history", "key_history_page", "get"])
+def test_a_scoped_entrys_expiry_is_recorded_by_any_read_of_its_layer(
+    make_store: Callable[..., MemoryStore], read: str
+) -> None:
+    """The store's reads of one layer (no app, so no sweep that might mark the entry first)."""
+    store = make_store(**MEMORY)
+    now = datetime.now(UTC)
+    store.set("alice", "notes", "oak", scope="kitchen", expires_at=now + timedelta(hours=1))
+    store.clock = lambda: now + timedelta(hours=2)
+    if read == "get":
+        with pytest.raises(NotFound):
+            store.get("alice", "notes", scope="kitchen")
+    elif read == "history":
+        store.history("alice", scope="kitchen")
+    else:
+        getattr(store, read)("alice", "notes", scope="kitchen")
+    # Read straight from the change log: no read of the layer that would settle it.
+    with store.database.reading() as session:
+        changes = store.history_log.of_key(session, "alice", "notes", "kitchen")
+    assert [(c.op, c.source) for c in changes] == [("expire", "system"), ("set", "manual")]
