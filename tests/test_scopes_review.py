@@ -1,5 +1,7 @@
-"""Scopes (CONTRACT section 23) under a reviewer's probes. Each test failed on the code as
-merged (main at 28ba2f9). On SQLite and PostgreSQL."""
+"""Scopes (CONTRACT section 23) under a reviewer's probes: a scope named twice, a scoped
+entry's expiry in its layer's history, and the per-user cap on pending proposals seen from
+the own layer. Each test failed on the code as merged (main at 28ba2f9). On SQLite and
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from kvmem.errors import NotFound
+from kvmem.importers.records import ForeignMemory, UserMemories
+from kvmem.importers.run import ForeignImport
+from kvmem.memory.proposals import MAX_PENDING, ProposalStore
 from kvmem.memory.store import MemoryStore
 from tests.support.apps import MAIN_MODEL, services
 
@@ -176,3 +181,42 @@ def test_a_scoped_entrys_expiry_is_recorded_by_any_read_of_its_layer(
     with store.database.reading() as session:
         changes = store.history_log.of_key(session, "alice", "notes", "kitchen")
     assert [(c.op, c.source) for c in changes] == [("expire", "system"), ("set", "manual")]
+
+
+# --- the per-user cap on pending proposals --------------------------------------------------
+
+
+def test_an_import_under_review_counts_the_proposals_pending_in_the_users_scopes(
+    make_store: Callable[..., MemoryStore],
+) -> None:
+    """At most `MAX_PENDING` proposals are pending per user, every layer counted (CONTRACT
+    section 19; the oldest is dropped). `kvmem import --review` refuses an import that would
+    push pending ones out unseen, but counted the own layer's only (`pending` became one
+    layer's): with proposals waiting in scopes, it dropped them."""
+    store = make_store(**{**MEMORY, "validKeys": None})
+    proposals = ProposalStore(store)
+    waiting = MAX_PENDING - 5
+    for number in range(waiting):
+        proposals.propose("alice", "notes", f"note {number}", scope=f"project-{number}")
+    memories = tuple(
+        ForeignMemory(f"fact {number}", float(number), f"line {number}", key=f"fact_{number}")
+        for number in range(10)
+    )
+    importer = ForeignImport(store, free_key="imported", review=True)
+
+    outcome = importer.import_user(UserMemories("alice", memories))
+    assert [refusal.reason for refusal in outcome.refused] == [
+        f"10 keys to propose, {waiting} proposals pending in the user's scopes, and at most "
+        f"{MAX_PENDING} proposals are kept per user: import without --review, or review the "
+        "pending ones first"
+    ]
+    assert proposals.pending("alice") == ()
+    for number in range(waiting):
+        assert [p.value for p in proposals.pending("alice", f"project-{number}")] == [
+            f"note {number}"
+        ]
+
+    # Within the cap, the import is proposed as before.
+    fits = UserMemories("alice", memories[:5])
+    assert importer.import_user(fits).proposed == 5
+    assert len(proposals.pending("alice")) == 5
