@@ -100,11 +100,16 @@ class ForeignImport:
             self.store.import_document(user_id, plan.writes.items(), expected=plan.expected)
             return 0
         pending = {p.key: p.value for p in self.review.pending(user_id)}
-        if len(plan.writes.keys() | pending.keys()) > MAX_PENDING:
+        # The cap counts the proposals waiting in the user's scopes too (their own layer is
+        # where an import goes, and where a proposal for one of its keys replaces another).
+        in_scopes = self.review.pending_count(user_id) - len(pending)
+        if len(plan.writes.keys() | pending.keys()) + in_scopes > MAX_PENDING:
             # More would push the oldest out of the list unseen: refuse the user, say why.
+            waiting = f"{in_scopes} proposals pending in the user's scopes, " if in_scopes else ""
             reason = (
-                f"{len(plan.writes)} keys to propose, and at most {MAX_PENDING} proposals are "
-                "kept per user: import without --review, or review the pending ones first"
+                f"{len(plan.writes)} keys to propose, {waiting}and at most {MAX_PENDING} "
+                "proposals are kept per user: import without --review, or review the pending "
+                "ones first"
             )
             plan.refused.append(Refusal(next(iter(plan.writes)), None, reason))
             return 0

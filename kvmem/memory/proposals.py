@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 
 from kvmem.config import MemoryConfig
 from kvmem.db.engine import rowcount
@@ -191,6 +191,13 @@ class ProposalStore:
                 _PENDING.where(_of_layer(user_id, scope)).order_by(MemoryProposal.id.desc())
             ).all()
         return tuple(_proposal(row) for row in rows)
+
+    def pending_count(self, user_id: str) -> int:
+        """How many proposals of the user are pending in every layer (`MAX_PENDING` is a
+        cap on them all)."""
+        with self.database.reading() as session:
+            count = session.scalar(select(func.count()).where(MemoryProposal.user_id == user_id))
+        return count or 0
 
     def accept(self, user_id: str, proposal_id: int, scope: str = "") -> Accepted:
         """Apply the proposal as a write with source `agent` and its conversation, under every

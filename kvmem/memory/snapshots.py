@@ -241,10 +241,11 @@ class MemoryReader:
             rows = session.execute(_SCOPES, {"user_id": user_id, "now": self.clock()}).all()
         return [(scope, count, int(tokens or 0)) for scope, count, tokens in rows]
 
-    def settle(self, user_id: str) -> None:
-        """Expire the user's entries whose time has come, so that what a route reads next
-        (history above all) shows it."""
-        self._settled(user_id, "")
+    def settle(self, user_id: str, scope: str = "") -> None:
+        """Expire the user's entries whose time has come (seen in their own layer and, given
+        a `scope`, that scope's: the read is `snapshot`'s, cached), so that what a route reads
+        next (history above all) shows it."""
+        self._settled(user_id, scope)
 
     def expire_due(self, user_id: str, now: datetime) -> int:
         """Expire the user's entries due at `now`: a write, which `MemoryStore` makes; a
@@ -318,7 +319,7 @@ class MemoryReader:
         """The entry at `key` (of `scope`; "" the user's own), or `NotFound` (also once it
         expired)."""
         self.rules.check_key_format(key)
-        self.settle(user_id)
+        self.settle(user_id, scope)
         with self.database.reading() as session:
             row = session.execute(
                 ENTRY_AT_KEY, {"user_id": user_id, "scope": scope, "key": key}
@@ -346,7 +347,7 @@ class MemoryReader:
         by id."""
         if key is not None:
             self.rules.check_key_format(key)
-        self.settle(user_id)
+        self.settle(user_id, scope)
         with self.database.reading() as session:
             return self.history_log.page(
                 session, user_id, key=key, limit=limit, before=before, scope=scope
@@ -356,7 +357,7 @@ class MemoryReader:
         """Every kept change of `key`, newest first (also after a delete); `NotFound` when
         the key has neither an entry nor a change."""
         self.rules.check_key_format(key)
-        self.settle(user_id)
+        self.settle(user_id, scope)
         with self.database.reading() as session:
             changes = self.history_log.of_key(session, user_id, key, scope)
             if not changes and not self._has_entry(session, user_id, key, scope):
@@ -374,7 +375,7 @@ class MemoryReader:
         """`key_history` a page at a time (newest first, paged by id as `history`);
         `NotFound` when the key has neither an entry nor a kept change."""
         self.rules.check_key_format(key)
-        self.settle(user_id)
+        self.settle(user_id, scope)
         with self.database.reading() as session:
             page = self.history_log.page(
                 session, user_id, key=key, limit=limit, before=before, scope=scope

@@ -23,9 +23,7 @@ from starlette.types import Message, Receive, Scope, Send
 from kvmem.errors import BadRequest, MethodNotAllowed
 from kvmem.late_imports import import_late
 from kvmem.server.bodies import check_numbers, read_body
-from kvmem.server.services import Services, user_of
-
-SCOPE_HEADER = "X-Memory-Scope"
+from kvmem.server.services import Services, scope_header, user_of
 
 
 def import_mcp_server() -> ModuleType:
@@ -134,9 +132,8 @@ class McpEndpoint:
             )
         user = await user_of(request)
         transport: McpTransport = scope["state"][self.state_key]
-        # An empty header names no scope, as on the chat routes (a front end's template that
-        # rendered to nothing).
-        named = request.headers.get(SCOPE_HEADER, "").strip() or None
+        # An empty header names no scope, as on the chat routes.
+        named = scope_header(request)
         memory_scope = None if named is None else transport.services.store.rules.scope(named)
         # Read here, within server.max_body_bytes, so that an oversized body gets kvmem's
         # 413; the transport then reads the same bytes.

@@ -1,4 +1,5 @@
-"""What handlers work with: the resources the app's lifespan owns, and the request's user."""
+"""What handlers work with: the resources the app's lifespan owns, the request's user and the
+scope its `X-Memory-Scope` names."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kvmem.chat.conversations import ConversationStore
 from kvmem.chat.task_calls import TaskCalls
 from kvmem.config import Config
 from kvmem.db.engine import Database
-from kvmem.errors import MemoryDisabled
+from kvmem.errors import BadRequest, MemoryDisabled
 from kvmem.memory.proposals import ProposalStore
 from kvmem.memory.store import MemoryStore
 from kvmem.metrics import Metrics
@@ -83,6 +84,19 @@ async def user_of(request: Request, body_user: str | None = None) -> str:
             lambda: auth.identify(request.headers, body_user, session_ok=session_ok)
         )
     return auth.identify(request.headers, body_user, session_ok=session_ok)
+
+
+def scope_header(request: Request) -> str | None:
+    """The scope `X-Memory-Scope` names, not yet checked (`MemoryRules.scope` does): None when
+    it is absent or empty (a front end's header template that rendered to nothing); 400
+    `bad_request` when two such headers name different scopes (which one is meant is a guess,
+    and a proxy that reads the other would see another scope than kvmem)."""
+    named = {value.strip() for value in request.headers.getlist("x-memory-scope")} - {""}
+    if len(named) > 1:
+        raise BadRequest(
+            "X-Memory-Scope is given more than once, naming different scopes: name one"
+        )
+    return named.pop() if named else None
 
 
 def require_memory(services: Services) -> None:

@@ -12,7 +12,7 @@ from starlette.routing import Route
 from kvmem.agent.turn_memory import TurnMemory, check_conversation_id
 from kvmem.errors import BadRequest
 from kvmem.memory.rules import OWN
-from kvmem.server.services import services_of
+from kvmem.server.services import scope_header, services_of
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -51,12 +51,12 @@ def conversation_id(request: Request) -> str | None:
 
 def turn_scope(request: Request, in_body: str | None = None, *, model: str | None = None) -> str:
     """The scope a turn names (CONTRACT section 23): `X-Memory-Scope` or the body's `scope`
-    (400 when both are given and differ; an empty header names none, as an empty
-    `X-Conversation-Id` does), else, on `/v1` and `/api` (`model`) with
+    (400 when both are given and differ, or two headers do; an empty header names none, as
+    an empty `X-Conversation-Id` does), else, on `/v1` and `/api` (`model`) with
     `memory.scopes.by_model`, `model:<model id>`; `OWN` for none. 400 when the scope is
     malformed or the server keeps no scopes (`MemoryRules.scope`)."""
     services = services_of(request)
-    in_header = request.headers.get("x-memory-scope", "").strip() or None
+    in_header = scope_header(request)
     if in_header is not None and in_body is not None and in_header != in_body:
         raise BadRequest("X-Memory-Scope and the body's scope name different scopes")
     named = in_body if in_body is not None else in_header

@@ -9,13 +9,19 @@ from typing import Any
 
 from starlette.requests import Request
 
+from kvmem.errors import BadRequest
 from kvmem.memory.rules import OWN, MemoryRules
 
 
 def scope_param(request: Request, rules: MemoryRules) -> str:
     """`?scope`: the layer the route acts on (`OWN` when absent); 400 `bad_request` when it
-    is malformed or empty, or the server keeps no scopes (`MemoryRules.scope`)."""
-    return rules.scope(request.query_params.get("scope"))
+    is malformed or empty, or the server keeps no scopes (`MemoryRules.scope`), or when the
+    query names two different scopes (`?scope=a&scope=b`: which one is meant is a guess, and
+    a proxy that reads the first would see another scope than kvmem)."""
+    named = set(request.query_params.getlist("scope"))
+    if len(named) > 1:
+        raise BadRequest("scope is given more than once, naming different scopes: name one")
+    return rules.scope(named.pop() if named else None)
 
 
 def scoped(body: dict[str, Any], scope: str) -> dict[str, Any]:
