@@ -57,11 +57,13 @@ def load_o200k(path: Path | None = None) -> tiktoken.Encoding:
     contents = path.read_bytes()
     if hashlib.sha256(contents).hexdigest() != O200K_SHA256:
         raise RuntimeError(f"{path} is not the o200k_base encoding (hash mismatch)")
-    # Each line is "<base64 token> <rank>": split once, decoded by binascii directly
-    # (base64.b64decode's checks per call made this 1.4 times slower; the hash above
-    # already vouches for the file).
-    fields = contents.split()
-    ranks = dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2]), strict=True))
+    # Each line is "<base64 token> <rank>", the ranks 0, 1, 2, ... in order (the hash above
+    # vouches for the file): split once, every rank dropped and each token's rank taken from
+    # its position (parsing 200,000 ints took ~25 ms of start-up's CPU), each token decoded
+    # by binascii directly (base64.b64decode's checks per call made this 1.4 times slower).
+    tokens = contents.split()
+    del tokens[1::2]
+    ranks = dict(zip(map(binascii.a2b_base64, tokens), range(len(tokens)), strict=True))
     encoding = tiktoken.Encoding(
         name="o200k_base",
         pat_str=O200K_PATTERN,

@@ -672,7 +672,7 @@ def test_a_served_app_freezes_what_start_up_made_once_its_loads_end(
     database: Database, database_url: str
 ) -> None:
     """`kvmem serve` builds its app with `freeze_gc`: after the encoding's load (and litellm's,
-    when it is imported) one collection, then `gc.freeze()`, so full collections no longer
+    when it is imported) `gc.freeze()`, so full collections no longer
     walk the process's modules and tables (the 50-writer p99 was their pauses). Other apps,
     like this suite's own, freeze nothing. In a child process: a freeze would keep this
     worker's objects for good."""
@@ -695,6 +695,31 @@ def test_a_served_app_freezes_what_start_up_made_once_its_loads_end(
         [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "False False\nTrue True\n", "")
+
+
+def test_the_freeze_collects_only_after_a_load_it_waited_for() -> None:
+    """A collection walks every object start-up made (~50 ms holding the GIL): the freeze
+    runs one only when it waited for a load (litellm's, long after ready), never on the way
+    to ready; either way it freezes and turns the collector on. In a child process."""
+    script = (
+        "import gc, threading\n"
+        "from kvmem.server.app import freeze_start_up\n"
+        "runs = []\n"
+        "gc.callbacks.append(lambda phase, info: phase == 'start' and runs.append(1))\n"
+        "gc.disable()\n"
+        "freeze_start_up(None)\n"
+        "print(len(runs), gc.get_freeze_count() > 10_000, gc.isenabled())\n"
+        "gc.unfreeze()\n"
+        "gc.disable()\n"
+        "load = threading.Thread(target=lambda: None)\n"
+        "load.start()\n"
+        "freeze_start_up(load)\n"
+        "print(len(runs), gc.get_freeze_count() > 10_000, gc.isenabled())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "0 True True\n1 True True\n", "")
 
 
 def test_the_encoding_is_loaded_when_the_app_is_ready(

@@ -31,8 +31,8 @@ from kvmem.config_loader import LoadedConfig
 def serve(host: str | None, port: int | None) -> None:
     """Run pending migrations, then serve the HTTP API."""
     # Start-up makes objects that live as long as the process and little garbage: no
-    # collection until it is done (~0.1 s of CPU less); the app then collects once, freezes
-    # what is left and turns the collector back on (`create_app(freeze_gc=True)`).
+    # collection until it is done (~0.1 s of CPU less); the app then freezes what it made
+    # and turns the collector back on (`create_app(freeze_gc=True)`).
     gc.disable()
     loaded = loaded_config()
     config = loaded.config

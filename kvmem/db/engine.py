@@ -8,6 +8,7 @@ with another writer. On PostgreSQL the same guarantee comes from a row lock on t
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -15,7 +16,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import bindparam, create_engine, event, insert, select, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, CursorResult, Engine, Result, make_url
 from sqlalchemy.exc import (
@@ -43,8 +43,16 @@ _UNAVAILABLE_STATES = {"42P01", "42703", "25006"}
 # `lock_user`'s statements, built once (every write runs them).
 _NEW_USER: dict[str, Any] = {"id": bindparam("id"), "created_at": bindparam("created_at")}
 _SQLITE_ADD_USER = sqlite_insert(User).values(_NEW_USER).on_conflict_do_nothing()
-_PG_ADD_USER = pg_insert(User).values(_NEW_USER).on_conflict_do_nothing()
 _PG_LOCK_USER = select(User.id).where(User.id == bindparam("id")).with_for_update()
+
+
+@functools.cache
+def _pg_add_user() -> Any:
+    """PostgreSQL's insert-if-missing of a user row, built on first use: importing SQLAlchemy's
+    PostgreSQL dialect (~20 ms of CPU) is not something a SQLite server's start-up needs."""
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+    return pg_insert(User).values(_NEW_USER).on_conflict_do_nothing()
 
 
 def create_db_engine(config: DatabaseConfig) -> Engine:
@@ -283,7 +291,7 @@ class Database:
             # no longer when the lock is granted: then insert again, now that it is gone
             # (again, if another erasure got the lock first: erasures are rare, this is bound).
             for _attempt in range(LOCK_USER_ATTEMPTS):
-                connection.execute(_PG_ADD_USER, values)
+                connection.execute(_pg_add_user(), values)
                 if connection.execute(_PG_LOCK_USER, {"id": user_id}).first() is not None:
                     return
             raise StoreUnavailable(f"could not lock user {user_id!r}: it keeps being erased")
