@@ -220,3 +220,69 @@ def test_an_import_under_review_counts_the_proposals_pending_in_the_users_scopes
     fits = UserMemories("alice", memories[:5])
     assert importer.import_user(fits).proposed == 5
     assert len(proposals.pending("alice")) == 5
+
+
+# --- a scope where the route takes none, or takes it another way ------------------------------
+
+
+SCOPE_BY_QUERY = bad_request(
+    "the /memory routes name a scope with ?scope=NAME, not X-Memory-Scope (which the chat "
+    "routes read): send ?scope, or no header"
+)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("DELETE", "/memory", None),
+        ("DELETE", "/memory/history", None),
+        ("DELETE", "/memory/proposals", None),
+        ("PUT", "/memory/city", {"value": "Oslo"}),
+        ("GET", "/memory", None),
+        ("POST", "/memory/import", {"memories": [{"key": "city", "value": "Oslo"}]}),
+    ],
+)
+def test_the_rest_routes_refuse_x_memory_scope_rather_than_act_on_the_own_layer(
+    client: TestClient, method: str, path: str, body: Any
+) -> None:
+    """A client that set X-Memory-Scope for every call (the chat routes' way) and cleared
+    memory would have cleared the person's own layer: the REST routes read only `?scope`."""
+    client.put("/memory/city", json={"value": "Rome"}, headers=ALICE)
+    client.put("/memory/notes?scope=kitchen", json={"value": "walnut"}, headers=ALICE)
+    before = layers(client)
+    headers = {**ALICE, "X-Memory-Scope": "kitchen"}
+    response = client.request(method, path, json=body, headers=headers)
+    assert (response.status_code, response.json()) == (400, SCOPE_BY_QUERY)
+    assert layers(client) == before
+    # An empty header names nothing, as on the chat routes.
+    listed = client.get("/memory", headers={**ALICE, "X-Memory-Scope": ""})
+    assert listed.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "route"),
+    [
+        ("DELETE", "/me", None, "DELETE /me"),
+        ("PATCH", "/preferences", {"memories": False}, "PATCH /preferences"),
+    ],
+)
+@pytest.mark.parametrize("how", ["query", "header"])
+def test_routes_acting_on_every_scope_refuse_one_named(
+    client: TestClient, method: str, path: str, body: Any, route: str, how: str
+) -> None:
+    """`DELETE /me?scope=kitchen` erased every layer: what the caller meant is a guess, and
+    the erasure cannot be undone. The switches of /preferences are the person's, not a
+    scope's."""
+    client.put("/memory/city", json={"value": "Rome"}, headers=ALICE)
+    client.put("/memory/notes?scope=kitchen", json={"value": "walnut"}, headers=ALICE)
+    before = layers(client)
+    query, headers = (
+        ("?scope=kitchen", ALICE)
+        if how == "query"
+        else ("", {**ALICE, "X-Memory-Scope": "kitchen"})
+    )
+    response = client.request(method, f"{path}{query}", json=body, headers=headers)
+    message = f"{route} acts on every scope of the person's memory: send no scope"
+    assert (response.status_code, response.json()) == (400, bad_request(message))
+    assert layers(client) == before
+    assert client.get("/preferences", headers=ALICE).json()["memories"] is True

@@ -27,7 +27,7 @@ from kvmem.memory.rules import OWN, MemoryRules
 from kvmem.memory.write_outcomes import imported_json, written_json
 from kvmem.server.bodies import RequestBody, parse_json, read_body, read_model
 from kvmem.server.routes import route
-from kvmem.server.routes.layers import scope_param, scoped
+from kvmem.server.routes.layers import refuse_any_scope, scope_param, scoped
 from kvmem.server.routes.paging import MAX_ID, int_param, limit_param
 from kvmem.server.services import require_memory, services_of, user_of
 
@@ -154,6 +154,7 @@ def _mode(raw: str) -> Literal["merge", "replace"]:
 async def erase_me(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
+    refuse_any_scope(request, "DELETE /me")
     # The user's runs in this process stop calling the model and committing; those of other
     # replicas (and any write of a run that began before now) are refused by the fence the
     # erasure leaves in the database.

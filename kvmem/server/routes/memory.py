@@ -27,7 +27,7 @@ from kvmem.memory.proposals import review_in_effect
 from kvmem.memory.write_outcomes import written_json
 from kvmem.server.bodies import MemoryValue, Preferences, read_model
 from kvmem.server.routes import history, proposals, route
-from kvmem.server.routes.layers import scope_param, scoped
+from kvmem.server.routes.layers import refuse_any_scope, scope_param, scoped
 from kvmem.server.services import Services, require_memory, services_of, user_of
 
 
@@ -135,6 +135,8 @@ async def patch_preferences(request: Request) -> Response:
     services = services_of(request)
     user = await user_of(request)
     require_memory(services)
+    # The switches are the person's, for every scope: one named would be a wrong promise.
+    refuse_any_scope(request, "PATCH /preferences")
     body = await read_model(request, Preferences, services.config.server.max_body_bytes)
     if body.memories is None and body.review is None:
         raise BadRequest("invalid request body: give memories, review or both")
