@@ -234,6 +234,29 @@ def test_the_header_names_the_default_scope(mcp: TestClient, store: MemoryStore)
     assert call(mcp, "memory_list", {}, **{"X-Memory-Scope": " "})[2]["memories"] == []
 
 
+def test_a_scoped_session_reaches_the_persons_own_keys_as_a_scoped_chat_does(
+    mcp: TestClient, store: MemoryStore, make_client: Callable[..., TestClient]
+) -> None:
+    """A key belongs to one layer: in a session scoped "proj" the person's own `city` is
+    theirs (set, get, delete reach the own layer), while `notes` goes to the scope; with
+    isolated scopes the own key is refused, as in an isolated chat."""
+    header = {"X-Memory-Scope": "proj"}
+    written = call(mcp, "memory_set", {"key": "city", "value": "Oslo"}, **header)
+    assert written[0] is False and "scope" not in written[2]
+    assert call(mcp, "memory_set", {"key": "notes", "value": "Rust"}, **header)[2]["scope"] == (
+        "proj"
+    )
+    assert layers(store) == {"": [("city", "Oslo")], "proj": [("notes", "Rust")]}
+    assert call(mcp, "memory_get", {"key": "city"}, **header)[2]["value"] == "Oslo"
+    assert call(mcp, "memory_delete", {"key": "city"}, **header)[0] is False
+    assert layers(store) == {"proj": [("notes", "Rust")]}
+
+    isolated = make_client(memory={**MEMORY, "scopes": {**MEMORY["scopes"], "isolated": True}})
+    refused = call(isolated, "memory_set", {"key": "city", "value": "Oslo"}, **header)
+    assert refused[0] is True and "Invalid key" in refused[1]
+    assert layers(store) == {"proj": [("notes", "Rust")]}
+
+
 def test_a_bad_scope_is_an_error_and_writes_nothing(
     mcp: TestClient, make_client: Callable[..., TestClient], store: MemoryStore
 ) -> None:

@@ -279,6 +279,15 @@ class MemoryMcp:
             )
         return self.rules.scope(named if named is not None else session)
 
+    def _layer_of_key(self, key: str, session: str) -> str:
+        """The layer a call on `key` in a session scoped `session` acts on: the scope for a
+        scoped key, the person's own layer for any other (the session's scope when isolated,
+        which then refuses it as a chat turn would)."""
+        scoped = self.rules.scoped
+        if self.rules.is_scoped_key(key) or (scoped is not None and scoped.isolated):
+            return session
+        return OWN
+
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -303,10 +312,16 @@ class MemoryMcp:
             return _error(f"Error: invalid arguments for {params.name}: {problems}.")
         if self.services.config.memory.disabled:
             return _error("Error: memory is disabled on this server (memory.disabled is true).")
+        named = getattr(arguments, "scope", None)
         try:
-            layer = self.layer_of(ctx, getattr(arguments, "scope", None))
+            layer = self.layer_of(ctx, named)
         except BadRequest as exc:
             return _error(f"Error: {exc.message}")
+        key = getattr(arguments, "key", None)
+        if named is None and layer != OWN and isinstance(key, str):
+            # A key belongs to one layer: in a scoped session the person's own keys are
+            # theirs, as in a scoped chat (unless the scopes are isolated).
+            layer = self._layer_of_key(key, layer)
         try:
             return await anyio.to_thread.run_sync(
                 self._run_tool, params.name, user, layer, arguments, began
