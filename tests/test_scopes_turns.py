@@ -499,6 +499,17 @@ def test_a_model_id_that_cannot_form_a_scope_is_400(
         headers={"X-Memory-Scope": "mine"},
     )
     assert named.status_code == 200
+    # A call that reads no memory needs no scope of its model's: X-Memory: off, a front
+    # end's task call, an Ollama model load.
+    for headers in ({"X-Memory": "off"}, {"X-Memory-Task": "title"}):
+        quiet = client.post(
+            "/v1/chat/completions",
+            json={**completion(), "model": "openai/bad model"},
+            headers=headers,
+        )
+        assert quiet.status_code == 200, quiet.json()
+    loaded = client.post("/api/generate", json={"model": "openai/bad model", "stream": False})
+    assert loaded.status_code == 200, loaded.json()
 
 
 INVALID_SCOPE = "invalid scope: a scope is 1-128 characters of A-Z, a-z, 0-9 and . _ : @ / -"

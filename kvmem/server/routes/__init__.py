@@ -49,12 +49,20 @@ def conversation_id(request: Request) -> str | None:
     return check_conversation_id(value)
 
 
-def turn_scope(request: Request, in_body: str | None = None, *, model: str | None = None) -> str:
+def turn_scope(
+    request: Request,
+    in_body: str | None = None,
+    *,
+    model: str | None = None,
+    reads_memory: bool = True,
+) -> str:
     """The scope a turn names (CONTRACT section 23): `X-Memory-Scope` or the body's `scope`
     (400 when both are given and differ, or two headers do; an empty header names none, as
     an empty `X-Conversation-Id` does), else, on `/v1` and `/api` (`model`) with
     `memory.scopes.by_model`, `model:<model id>`; `OWN` for none. 400 when the scope is
-    malformed or the server keeps no scopes (`MemoryRules.scope`)."""
+    malformed or the server keeps no scopes (`MemoryRules.scope`). A turn that `reads_memory`
+    not (a front end's task call, `X-Memory: off`) needs no scope of its model's: a model id
+    that cannot be one does not refuse it."""
     services = services_of(request)
     in_header = scope_header(request)
     if in_header is not None and in_body is not None and in_header != in_body:
@@ -64,7 +72,7 @@ def turn_scope(request: Request, in_body: str | None = None, *, model: str | Non
     if named is not None:
         return rules.scope(named)
     scopes = services.config.memory.scopes
-    if model is None or scopes is None or not scopes.by_model:
+    if model is None or scopes is None or not scopes.by_model or not reads_memory:
         return OWN
     try:
         return rules.scope(f"model:{model}")

@@ -56,14 +56,16 @@ async def _generation(request: Request, shape: type[ChatBody | GenerateBody]) ->
     user_id = await user_of(request)
     body: Generation = await read_model(request, shape, services.config.server.max_body_bytes)
     reply = Reply(body.kind, _served(services, body.model), started)
-    # The served model's id, as `/v1` names it: a model's scope is the same on both.
-    scope = turn_scope(request, model=reply.model)
     if body.loads_only:
         return _loaded(reply, body.stream)
     params = body.params()
     if body.stream:
         params["stream_options"] = {"include_usage": True}  # for the last line's counts
     messages = body.openai_messages()
+    temporary = memory_off(request)
+    task = services.task_calls.task_of(request.headers, messages)
+    # The served model's id, as `/v1` names it: a model's scope is the same on both.
+    scope = turn_scope(request, model=reply.model, reads_memory=task is None and not temporary)
     call = await MainCall.start(
         services.memory,
         services.client,
@@ -72,8 +74,8 @@ async def _generation(request: Request, shape: type[ChatBody | GenerateBody]) ->
         model=reply.model,
         params=params,
         conversation_id=conversation_id(request),
-        temporary=memory_off(request),
-        task=services.task_calls.task_of(request.headers, messages),
+        temporary=temporary,
+        task=task,
         scope=scope,
     )
     if not body.stream:

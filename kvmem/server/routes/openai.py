@@ -77,7 +77,9 @@ async def chat_completions(request: Request) -> Response:
             f"the model {body.model!r} does not exist; available: "
             + ", ".join(services.config.chat.served_models())
         )
-    scope = turn_scope(request, model=body.model)
+    temporary = memory_off(request)
+    task = services.task_calls.task_of(request.headers, body.messages)
+    scope = turn_scope(request, model=body.model, reads_memory=task is None and not temporary)
     call = await MainCall.start(
         services.memory,
         services.client,
@@ -87,8 +89,8 @@ async def chat_completions(request: Request) -> Response:
         params=body.params(),
         # The client's conversation, so that the history says which one an agent write came from.
         conversation_id=conversation_id(request),
-        temporary=memory_off(request),
-        task=services.task_calls.task_of(request.headers, body.messages),
+        temporary=temporary,
+        task=task,
         scope=scope,
     )
     if not body.stream:
