@@ -316,6 +316,10 @@ class ScopesConfig(Section):
     by_model: bool = False
     # A scoped request sees and writes only its scope's entries.
     isolated: bool = False
+    # The scopes one user may hold (each with entries of its own, within its own limits): a
+    # write or import that would start one more is refused (409 memory_full). Generous,
+    # since `by_model` starts a scope per model a person chats with.
+    max_scopes: int = Field(1000, alias="maxScopes", ge=1)
 
     @field_validator("valid_keys")
     @classmethod

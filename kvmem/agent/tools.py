@@ -105,6 +105,11 @@ def refusal_message(exc: KvmemError, key: Any, valid_keys: Sequence[str] | None)
             f'Invalid key "{key}". Keys are lowercase letters, digits and _, '
             "start with a letter, and are at most 128 characters."
         )
+    if isinstance(exc, MemoryFull) and "max_scopes" in exc.details:
+        return (
+            f"Memory already holds its limit of {exc.details['max_scopes']} scopes, and this "
+            "would start another. Cannot save this memory."
+        )
     if isinstance(exc, MemoryFull):
         return "Memory storage would exceed limit. Cannot save this memory."
     if isinstance(exc, EmptyValue):

@@ -105,6 +105,22 @@ def check_import_limit(
             )
 
 
+def scopes_after(held: set[str], layers: Mapping[str, bool], mode: str) -> set[str]:
+    """The scopes holding memory once an import has written: `held` those that do now,
+    `layers` whether the import brings entries into each of its layers. A layer it brings
+    entries to holds memory; one it brings none to is emptied by `replace`, kept by `merge`.
+    The person's own layer (`""`) is no scope."""
+    after = set(held)
+    for scope, brings in layers.items():
+        if not scope:
+            continue
+        if brings:
+            after.add(scope)
+        elif mode == "replace":
+            after.discard(scope)
+    return after
+
+
 def import_change(
     key: str, op: str, old_value: str | None, new_value: str | None, scope: str = ""
 ) -> dict[str, Any]:

@@ -105,6 +105,10 @@ class LockedWrites(MemoryReader):
             return Written(entry=entry, created=False, total_tokens=total)
         replaced = row.token_count if row else 0
         self._check_limit(total, tokens, replaced=replaced, scope=scope)
+        if scope and total == 0:
+            # Every value has a token at least, so a layer of none holds no memory: this write
+            # starts a scope (the person's own layer, and a scope they hold, need no count).
+            self._check_scopes(connection, user_id, scope)
         now = utcnow()
         if row is None:
             entry = Entry(key, value, tokens, source, now, now, expires_at, scope=scope)
@@ -221,6 +225,18 @@ class LockedWrites(MemoryReader):
             scope=scope,
         )
 
+    def _check_scopes(self, connection: Executor, user_id: str, scope: str) -> None:
+        """`MemoryFull` if the user already holds `memory.scopes.maxScopes` scopes, which
+        starting `scope` (one they do not hold) would pass."""
+        limit = self.rules.layer(scope).max_scopes
+        if limit is None:
+            return
+        held: int = connection.execute(
+            statements.SCOPES_HELD, {"user_id": user_id, "now": self.clock()}
+        ).scalar_one()
+        if held >= limit:
+            raise scopes_full(f"storing into scope {scope!r}", limit, held, held + 1)
+
     def _check_limit(self, total: int, requested: int, *, replaced: int, scope: str = "") -> None:
         limit = self.rules.layer(scope).token_limit
         if limit is not None and total - replaced + requested > limit:
@@ -232,3 +248,14 @@ class LockedWrites(MemoryReader):
                 total_tokens=total,
                 requested_tokens=requested,
             )
+
+
+def scopes_full(doing: str, limit: int, held: int, after: int) -> MemoryFull:
+    """The refusal of `doing` (a write, an import), which would take a user holding `held`
+    scopes to `after`, over `limit` (`memory.scopes.maxScopes`)."""
+    return MemoryFull(
+        f"{doing} would take this user to {after} scopes, over the limit of {limit} "
+        "(memory.scopes.maxScopes); write into a scope that holds memory, or clear one",
+        max_scopes=limit,
+        scopes=held,
+    )

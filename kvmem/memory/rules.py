@@ -29,6 +29,8 @@ class MemoryRules:
     scoped: MemoryRules | None = None
     # On the scoped layer: whether a scoped turn sees and writes its scope only.
     isolated: bool = False
+    # On the scoped layer: how many scopes holding entries one user may have (None: any).
+    max_scopes: int | None = None
 
     @classmethod
     def from_config(cls, memory: MemoryConfig) -> MemoryRules:
@@ -43,6 +45,7 @@ class MemoryRules:
                 if scopes.token_limit is not None
                 else memory.token_limit,
                 isolated=scopes.isolated,
+                max_scopes=scopes.max_scopes,
             )
         return cls(
             valid_keys=tuple(memory.valid_keys) if memory.valid_keys else None,

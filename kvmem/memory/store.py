@@ -47,9 +47,10 @@ from kvmem.memory.imports import (
     check_unchanged,
     count_document,
     import_change,
+    scopes_after,
 )
-from kvmem.memory.locked_writes import LockedWrites
-from kvmem.memory.rules import MemoryRules
+from kvmem.memory.locked_writes import LockedWrites, scopes_full
+from kvmem.memory.rules import OWN, MemoryRules
 from kvmem.memory.snapshots import ENTRY_AT_KEY
 from kvmem.tokens import TokenCounter
 
@@ -306,6 +307,7 @@ class MemoryStore(LockedWrites):
                 check_not_erased(connection, user_id, since)
             while expire_due_locked(connection, self.history_log, user_id, moment) == EXPIRE_BATCH:
                 pass  # every due entry marked: what is left unmarked is memory
+            self._check_import_scopes(connection, user_id, counted, mode, moment)
             results = {
                 scope: self._import_locked(
                     connection, user_id, scope, *counted[scope], layers[scope].expected, mode
@@ -313,6 +315,32 @@ class MemoryStore(LockedWrites):
                 for scope in layers
             }
         return results
+
+    def _check_import_scopes(
+        self,
+        connection: Connection,
+        user_id: str,
+        counted: Mapping[str, tuple[Counted, dict[str, datetime]]],
+        mode: ImportMode,
+        moment: datetime,
+    ) -> None:
+        """`MemoryFull` if the import starts a scope the user does not hold and leaves them
+        more than `memory.scopes.maxScopes` (before anything is written: all or nothing)."""
+        scoped = self.rules.scoped
+        if scoped is None or scoped.max_scopes is None or counted.keys() <= {OWN}:
+            return
+        rows = connection.execute(statements.SCOPES_HELD_NAMES, {"user_id": user_id, "now": moment})
+        held = {row.scope for row in rows}
+        after = scopes_after(held, {scope: bool(c) for scope, (c, _) in counted.items()}, mode)
+        started = sorted(after - held)
+        if started and len(after) > scoped.max_scopes:
+            if len(started) == 1:
+                doing = f"importing into scope {started[0]!r}"
+            else:
+                named = ", ".join(repr(scope) for scope in started[:3])
+                more = ", ..." if len(started) > 3 else ""
+                doing = f"importing into {len(started)} new scopes ({named}{more})"
+            raise scopes_full(doing, scoped.max_scopes, len(held), len(after))
 
     def _import_locked(
         self,

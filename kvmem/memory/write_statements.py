@@ -5,7 +5,19 @@ transaction's connection (SQLAlchemy's, or on SQLite the bare sqlite3 connection
 
 from __future__ import annotations
 
-from sqlalchemy import and_, bindparam, case, delete, false, func, insert, or_, select, update
+from sqlalchemy import (
+    and_,
+    bindparam,
+    case,
+    delete,
+    distinct,
+    false,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from kvmem.db.tables import MemoryEntry, MemoryProposal, User
 
@@ -24,6 +36,19 @@ LIVE = and_(
 )
 TOTAL = select(func.coalesce(func.sum(case((LIVE, MemoryEntry.token_count), else_=0)), 0)).where(
     MemoryEntry.user_id == bindparam("user_id"), MemoryEntry.scope == bindparam("scope")
+)
+# How many scopes (not their own layer) hold memory of the user's at `now`: what
+# `memory.scopes.maxScopes` bounds. Liveness is counted over, not filtered on (see TOTAL),
+# so the plan reads the user's rows by (user_id, scope) and nobody else's.
+SCOPES_HELD = select(func.count(distinct(case((LIVE, MemoryEntry.scope))))).where(
+    MemoryEntry.user_id == bindparam("user_id"), MemoryEntry.scope != ""
+)
+# The same scopes by name (an import weighs which of its layers would be new).
+SCOPES_HELD_NAMES = (
+    select(MemoryEntry.scope)
+    .where(MemoryEntry.user_id == bindparam("user_id"), MemoryEntry.scope != "")
+    .group_by(MemoryEntry.scope)
+    .having(func.sum(case((LIVE, 1), else_=0)) > 0)
 )
 ENTRIES_OF_USER = select(
     MemoryEntry.id,
