@@ -1,9 +1,11 @@
-"""Checking an import document before `MemoryStore.import_document` writes it.
+"""Imports: an import document's checks, and `ImportWrites`, the store's import transaction.
 
-Every entry is checked against every rule and counted, and the resulting total against
-`tokenLimit`, before anything is written; an error names the offending entry (its index
-and `key`), so that a person can find it in a file of thousands. It reads and writes no
-database (the rows it weighs are the store's); `kvmem.memory.exports` reads the document's shape.
+Every entry is checked against every rule of its layer and counted, and the resulting total
+against that layer's `tokenLimit` (and the scopes it starts against `maxScopes`), before
+anything is written; an error names the offending entry (its index and `key`), so that a
+person can find it in a file of thousands. `ImportWrites` (extends `LockedWrites`, extended
+by `MemoryStore`) then writes one or several layers in one transaction that holds the user's
+lock, all or none. `kvmem.memory.exports` reads the document's shape.
 """
 
 from __future__ import annotations
@@ -11,11 +13,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
+from sqlalchemy.engine import Connection
+
+from kvmem.db.erasure import check_not_erased
+from kvmem.entries import Imported, utcnow
 from kvmem.errors import BadRequest, KvmemError, MemoryFull
-from kvmem.memory.rules import MemoryRules
+from kvmem.memory import write_statements as statements
+from kvmem.memory.expirations import EXPIRE_BATCH, expire_due_locked
+from kvmem.memory.locked_writes import LockedWrites, scopes_full
+from kvmem.memory.rules import OWN, MemoryRules
 from kvmem.tokens import TokenCounter
+
+ImportMode = Literal["merge", "replace"]
 
 # Each key's clean value and its token count, in document order.
 Counted = dict[str, tuple[str, int]]
@@ -133,3 +144,182 @@ def import_change(
         "source": "import",
         "scope": scope,
     }
+
+
+class ImportWrites(LockedWrites):
+    """The store's imports: many entries into one or several layers in one transaction that
+    holds the user's lock, all or none (the middle layer between `LockedWrites` and
+    `MemoryStore`)."""
+
+    def import_document(
+        self,
+        user_id: str,
+        items: Iterable[tuple[str, str]],
+        *,
+        mode: ImportMode = "merge",
+        expected: dict[str, str | None] | None = None,
+        expires: Mapping[str, datetime] | None = None,
+        since: datetime | None = None,
+        scope: str = "",
+    ) -> Imported:
+        """Write many entries into one layer (`scope`; "" the user's own) at once, all or
+        none, with source `import`.
+
+        Every entry is checked against every rule of the layer, and the resulting total
+        against its `tokenLimit`, before anything is written; the error names the offending
+        `key` in its details. A key twice in one document is refused. `merge` keeps the
+        layer's other entries; `replace` deletes them (each delete recorded). With `expected`
+        (key: the value it was read with, None for none), `ChangedMeanwhile` unless each still
+        holds it (an expired entry holds none). `expires` gives keys their expiry; an entry
+        whose expiry has passed is not imported (it is no memory any more). `since` as for
+        `set`.
+        """
+        layer = LayerImport(list(items), expected, expires or {})
+        return self.import_layers(user_id, {scope: layer}, mode=mode, since=since)[scope]
+
+    def import_layers(
+        self,
+        user_id: str,
+        layers: Mapping[str, LayerImport],
+        *,
+        mode: ImportMode = "merge",
+        since: datetime | None = None,
+    ) -> dict[str, Imported]:
+        """`import_document` for several layers in one transaction, all or none (restoring an
+        export that holds the user's own entries and their scopes'); each layer's result."""
+        moment = self.clock()
+        counted: dict[str, tuple[Counted, dict[str, datetime]]] = {}
+        for scope, layer in layers.items():
+            expires = {key: at for key, at in layer.expires.items() if at > moment}
+            past = layer.expires.keys() - expires.keys()
+            positions = layer.positions if layer.positions is not None else range(len(layer.items))
+            kept = [
+                (position, item)
+                for position, item in zip(positions, layer.items, strict=True)
+                if item[0] not in past
+            ]
+            rules = self.rules.layer(scope)
+            items = [item for _, item in kept]
+            at = [position for position, _ in kept]
+            counted[scope] = (count_document(rules, self.tokens, items, at, scope), expires)
+        with self.database.writing_connection() as connection:
+            self.database.lock_user(connection, user_id)
+            if since is not None:
+                check_not_erased(connection, user_id, since)
+            while expire_due_locked(connection, self.history_log, user_id, moment) == EXPIRE_BATCH:
+                pass  # every due entry marked: what is left unmarked is memory
+            self._check_import_scopes(connection, user_id, counted, mode, moment)
+            results = {
+                scope: self._import_locked(
+                    connection, user_id, scope, *counted[scope], layers[scope].expected, mode
+                )
+                for scope in layers
+            }
+        return results
+
+    def _check_import_scopes(
+        self,
+        connection: Connection,
+        user_id: str,
+        counted: Mapping[str, tuple[Counted, dict[str, datetime]]],
+        mode: ImportMode,
+        moment: datetime,
+    ) -> None:
+        """`MemoryFull` if the import starts a scope the user does not hold and leaves them
+        more than `memory.scopes.maxScopes` (before anything is written: all or nothing)."""
+        scoped = self.rules.scoped
+        if scoped is None or scoped.max_scopes is None or counted.keys() <= {OWN}:
+            return
+        rows = connection.execute(statements.SCOPES_HELD_NAMES, {"user_id": user_id, "now": moment})
+        held = {row.scope for row in rows}
+        after = scopes_after(held, {scope: bool(c) for scope, (c, _) in counted.items()}, mode)
+        started = sorted(after - held)
+        if started and len(after) > scoped.max_scopes:
+            if len(started) == 1:
+                doing = f"importing into scope {started[0]!r}"
+            else:
+                named = ", ".join(repr(scope) for scope in started[:3])
+                more = ", ..." if len(started) > 3 else ""
+                doing = f"importing into {len(started)} new scopes ({named}{more})"
+            raise scopes_full(doing, scoped.max_scopes, len(held), len(after))
+
+    def _import_locked(
+        self,
+        connection: Connection,
+        user_id: str,
+        scope: str,
+        counted: Counted,
+        expires: dict[str, datetime],
+        expected: dict[str, str | None] | None,
+        mode: ImportMode,
+    ) -> Imported:
+        """One layer of `import_layers`, in its transaction (the user's lock held)."""
+        layer = {"user_id": user_id, "scope": scope}
+        existing = {}
+        for stored in connection.execute(statements.ENTRIES_OF_USER, layer):
+            if not stored.expired:
+                existing[stored.key] = stored
+            elif mode == "replace" or stored.key in counted:  # gone already: no change
+                connection.execute(statements.DELETE_ENTRY, {"entry_id": stored.id})
+        check_unchanged(existing, expected)
+        dropped = [row for key, row in existing.items() if key not in counted]
+        check_import_limit(
+            self.rules.layer(scope).token_limit,
+            existing,
+            dropped if mode == "replace" else [],
+            counted,
+        )
+        changes: list[dict[str, Any]] = []
+        for gone in dropped if mode == "replace" else []:
+            changes.append(import_change(gone.key, "delete", gone.value, None, scope))
+            connection.execute(statements.DELETE_ENTRY, {"entry_id": gone.id})
+        now = utcnow()
+        inserts: list[dict[str, Any]] = []  # one executemany: a new user's import is all new
+        for key, (value, tokens) in counted.items():
+            row = existing.get(key)
+            if row is not None and row.value == value:
+                if row.expires_at != expires.get(key):
+                    connection.execute(
+                        statements.SET_EXPIRY,
+                        {"entry_id": row.id, "expires_at": expires.get(key)},
+                    )
+                    connection.execute(statements.BUMP, {"user_id": user_id})
+                continue
+            changes.append(import_change(key, "set", row.value if row else None, value, scope))
+            if row is None:
+                inserts.append(
+                    {
+                        "user_id": user_id,
+                        "key": key,
+                        "value": value,
+                        "token_count": tokens,
+                        "source": "import",
+                        "created_at": now,
+                        "updated_at": now,
+                        "expires_at": expires.get(key),
+                        "scope": scope,
+                    },
+                )
+            else:
+                connection.execute(
+                    statements.REPLACE_ENTRY,
+                    {
+                        "entry_id": row.id,
+                        "value": value,
+                        "token_count": tokens,
+                        "source": "import",
+                        "updated_at": now,
+                        "expires_at": expires.get(key),
+                    },
+                )
+        if inserts:
+            connection.execute(statements.INSERT_ENTRY, inserts)
+        if changes:
+            self.history_log.prune(connection, user_id)
+            self.history_log.record_many(connection, user_id, changes)
+            connection.execute(statements.BUMP, {"user_id": user_id})
+        return Imported(
+            imported=len(counted),
+            deleted=len(dropped) if mode == "replace" else 0,
+            total_tokens=self._total(connection, user_id, scope),
+        )
