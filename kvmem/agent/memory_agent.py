@@ -1,21 +1,18 @@
 """The memory agent: a second model call beside each chat request that sets and deletes keys.
 
 It knows nothing of HTTP. `MemoryAgent.start` launches one `AgentRun` as an asyncio task
-that the app tracks; the run is cancelled `grace_seconds` after the main response ends, and a
-guard run just before each commit makes sure no write lands after that deadline (a commit it
-let through just before is waited for, so the reply reports every write). When a run
+that the app tracks, its work the `AgentConversation` with the model
+(kvmem/agent/conversation.py); the run is cancelled `grace_seconds` after the main response
+ends, and a guard run just before each commit makes sure no write lands after that deadline
+(a commit it let through just before is waited for, so the reply reports every write). When a run
 ends, its usage (model calls, tokens, cost, writes) goes to the `Ledger` (kvmem/agent/ledger.py),
 which records it off the event loop and keeps the daily token budget.
 
-The model writes through native tool calls (`mode: tools`) or, for models without tool
-calling, through one JSON object (`mode: json`, parsed in kvmem/agent/json_mode.py); both are
-applied by the `MemoryWriter` (kvmem/agent/writer.py), with the same checks and result
-texts. Under `placement: inline` there is no agent call: the run's task applies the main
-reply's markers (kvmem/agent/inline_writes.py). Every run ends the same way (`_end`).
-
-A scoped turn's run (`memory.scopes`) sees the entries it may touch, the person's own and
-its scope's (the scope's only when `isolated`), each part with its limit, and is told which
-keys are kept per scope and which scope the chat is; its tools list the keys it may write.
+The model writes through native tool calls (`mode: tools`) or one JSON object (`mode:
+json`), both applied by the `MemoryWriter` (kvmem/agent/writer.py); what a run is shown and
+how it talks with the model is the conversation's, not this module's. Under `placement:
+inline` there is no agent call: the run's task applies the main reply's markers
+(kvmem/agent/inline_writes.py). Every run ends the same way (`_end`).
 """
 
 from __future__ import annotations
@@ -28,39 +25,23 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-import anyio.to_thread
-
+from kvmem.agent.conversation import AgentConversation
 from kvmem.agent.inline_writes import write_markers
-from kvmem.agent.json_mode import JSON_MODE_INSTRUCTIONS, parse_answer, results_message
 from kvmem.agent.ledger import Ledger
 from kvmem.agent.markers import Marker
-from kvmem.agent.prompts import (
-    DEFAULT_AGENT_INSTRUCTIONS,
-    ChatLine,
-    ScopePart,
-    render_agent_input,
-)
+from kvmem.agent.prompts import ChatLine
 from kvmem.agent.run import AgentError, AgentRun, AgentState, DeadlinePassed
 from kvmem.agent.run_slots import RunSlot, RunSlots
-from kvmem.agent.tools import tool_definitions, writable_keys
 from kvmem.agent.usage import UsageStore
 from kvmem.agent.writer import MemoryWriter
 from kvmem.config import AgentConfig, Config
 from kvmem.entries import Entry, utcnow
 from kvmem.errors import UserErased
-from kvmem.memory.proposals import Proposal, ProposalStore
+from kvmem.memory.proposals import ProposalStore
 from kvmem.memory.rules import OWN
 from kvmem.memory.store import MemoryStore
 from kvmem.metrics import Metrics
 from kvmem.upstream.base import Target
-from kvmem.upstream.completion_shapes import (
-    a_string,
-    an_array,
-    an_object,
-    first_choice,
-    malformed,
-    usage_of,
-)
 from kvmem.upstream.model_client import ModelClient, token_prices
 from kvmem.upstream.redaction import SecretScrubber
 
@@ -71,7 +52,6 @@ log = logging.getLogger("kvmem.agent")
 
 # States of a run that never called the model but is still recorded in `agent_runs`.
 RECORDED_WITHOUT_RUN = frozenset({"over_budget"})
-MAX_MODEL_CALLS = 2
 # How the log names what worked in a run, and whose deadline or user it was.
 AGENT_CALL = ("memory agent", "its")
 INLINE_MARKERS = ("memory markers", "their")
@@ -110,13 +90,13 @@ class MemoryAgent:
         self.writer = MemoryWriter(store, self.proposals, self.metrics, self.outcomes)
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs: set[AgentRun] = set()
-        self._tools = tool_definitions(config.memory.valid_keys)
-        # A scoped turn's tools list the keys it may write: the same in every scope.
-        self._scoped_tools = tool_definitions(writable_keys(store.rules, scoped_turn=True))
         self._scrubber = SecretScrubber.from_config(config)  # failures may quote a secret
         # Decided once from the config, not on every request.
         self._enabled = config.agent_status()[0] and target is not None
         self.mode = agent.mode if agent else "tools"
+        self.conversation = AgentConversation(
+            config, store, self.proposals, client, target, self.writer, self.mode
+        )
         self._gate = intent_gate(agent)
         bounds = agent or AgentConfig()
         self._slots = RunSlots(bounds.max_runs_per_user, bounds.max_concurrent_runs)
@@ -292,7 +272,7 @@ class MemoryAgent:
             await self._end(
                 run,
                 user_id,
-                functools.partial(self._converse, run, user_id, entries, window),
+                functools.partial(self.conversation.converse, run, user_id, entries, window),
                 AGENT_CALL,
             )
         finally:
@@ -348,137 +328,6 @@ class MemoryAgent:
             if run._timer is not None:
                 run._timer.cancel()
             self.metrics.agent_runs.labels(state=run.state).inc()
-
-    async def _converse(
-        self, run: AgentRun, user_id: str, entries: Sequence[Entry], window: Sequence[ChatLine]
-    ) -> None:
-        assert self.target is not None
-        memory = self.config.memory
-        prompt = await anyio.to_thread.run_sync(self._agent_input, run, user_id, entries, window)
-        instructions = (memory.agent and memory.agent.instructions) or DEFAULT_AGENT_INSTRUCTIONS
-        if self.mode == "json":
-            instructions = f"{instructions}\n\n{JSON_MODE_INSTRUCTIONS}"
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": instructions},
-            {"role": "user", "content": prompt},
-        ]
-        if self.mode == "json":
-            await self._converse_json(run, user_id, messages)
-        else:
-            await self._converse_tools(run, user_id, messages)
-
-    def _agent_input(
-        self, run: AgentRun, user_id: str, entries: Sequence[Entry], window: Sequence[ChatLine]
-    ) -> str:
-        """The run's input message (with the proposals pending review, under review); a
-        scoped turn's holds its scope's part."""
-        memory = self.config.memory
-        if run.scope == OWN:
-            own, scope, pending = entries, None, self._pending(run, user_id, OWN)
-        else:
-            layer = self.store.rules.layer(run.scope)
-            own = [e for e in entries if e.scope == OWN]  # not shown when isolated
-            scope = ScopePart(
-                run.scope,
-                [e for e in entries if e.scope == run.scope],
-                layer.token_limit,
-                layer.valid_keys or (),
-                layer.isolated,
-            )
-            pending = self._pending(run, user_id, run.scope)
-            if not layer.isolated:
-                pending = self._pending(run, user_id, OWN) + pending
-        return render_agent_input(
-            own,
-            memory.token_limit,
-            memory.valid_keys,
-            window,
-            memory.max_input_tokens,
-            self.store.tokens,
-            pending,
-            now=self.store.clock(),
-            scope=scope,
-        )
-
-    def _pending(self, run: AgentRun, user_id: str, scope: str) -> tuple[Proposal, ...]:
-        return self.proposals.pending(user_id, scope) if run.review else ()
-
-    async def _converse_tools(
-        self, run: AgentRun, user_id: str, messages: list[dict[str, Any]]
-    ) -> None:
-        """Native tool calls: apply them; a second call carries the results if one failed."""
-        assert self.target is not None
-        for _ in range(MAX_MODEL_CALLS):
-            tools = self._tools if run.scope == OWN else self._scoped_tools
-            response = await self._call_model(
-                run, messages, user_id, tools=tools, tool_choice="auto"
-            )
-            message = first_choice(response)["message"]
-            listed = an_array(message.get("tool_calls"), "choices[0].message.tool_calls")
-            calls = [an_object(call, "a tool call") for call in listed]
-            if not calls:
-                return
-            functions = [_function(call) for call in calls]
-            results, failed = await self.writer.apply(
-                run, user_id, functions, self.writer.call_tool
-            )
-            if not failed:
-                return
-            messages.append(
-                {"role": "assistant", "content": message.get("content"), "tool_calls": calls}
-            )
-            messages += [
-                {"role": "tool", "tool_call_id": _call_id(call), "content": result}
-                for call, result in zip(calls, results, strict=True)
-            ]
-
-    async def _converse_json(
-        self, run: AgentRun, user_id: str, messages: list[dict[str, Any]]
-    ) -> None:
-        """One JSON object of operations, no tools; a second call carries the results (as a
-        user message) if one failed. An invalid answer raises `InvalidAnswer`: the run fails
-        and nothing of that answer is applied."""
-        assert self.target is not None
-        for _ in range(MAX_MODEL_CALLS):
-            response = await self._call_model(run, messages, user_id)
-            answer = a_string(
-                first_choice(response)["message"].get("content"), "choices[0].message.content"
-            )
-            operations = parse_answer(answer)
-            if not operations:
-                return
-            results, failed = await self.writer.apply(run, user_id, operations, self.writer.operate)
-            if not failed:
-                return
-            messages.append({"role": "assistant", "content": answer})
-            messages.append({"role": "user", "content": results_message(operations, results)})
-
-    async def _call_model(
-        self, run: AgentRun, messages: list[dict[str, Any]], user_id: str, **request: Any
-    ) -> dict[str, Any]:
-        """One model call of the run, counted with the tokens its `usage` reports (every
-        call of the agent goes through here, so the usage records and the budget see it)."""
-        assert self.target is not None
-        run.model_calls += 1
-        response = await self.client.complete(self.target, messages, user_id, **request)
-        run.count_usage(usage_of(response))
-        return response
-
-
-def _function(call: dict[str, Any]) -> dict[str, Any]:
-    """A tool call's `function`: an object with string (or absent) `arguments`; any other
-    shape is the upstream's malformed answer (`UpstreamError`), not the model's mistake."""
-    function = an_object(call.get("function"), "a tool call's function")
-    a_string(function.get("arguments"), "a tool call's arguments")
-    return function
-
-
-def _call_id(call: dict[str, Any]) -> str:
-    """The id a tool result must name (needed only when results go back to the model)."""
-    call_id = a_string(call.get("id"), "a tool call's id")
-    if call_id is None:
-        raise malformed("a tool call has no id")
-    return call_id
 
 
 def intent_gate(agent: AgentConfig | None) -> IntentGate | None:

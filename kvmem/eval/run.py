@@ -33,7 +33,8 @@ from typing import Any
 
 import anyio.to_thread
 
-from kvmem.agent.memory_agent import MAX_MODEL_CALLS, MemoryAgent
+from kvmem.agent.conversation import MAX_MODEL_CALLS
+from kvmem.agent.memory_agent import MemoryAgent
 from kvmem.agent.prompts import ChatLine
 from kvmem.agent.run import AgentRun, MemoryUpdate
 from kvmem.agent.turn_memory import MemoryService
