@@ -2,4 +2,4 @@
 (`auth`, `credentials`, `sessions`), what handlers share (`services`), request bodies
 (`bodies`), the browser guard (`site_guard`), `kvmem serve`'s HTTP protocol
 (`http_protocol`), Ollama's shapes (`ollama_shapes`, `ollama_replies`) and MCP
-(`mcp_server`, `mcp_http`)."""
+(`mcp_tools`, `mcp_server`, `mcp_http`)."""

@@ -3,10 +3,10 @@
 The `mcp` SDK is a large import (some 25 MiB of a server's memory and most of a second of its
 start), and most servers are never asked to speak MCP: so this module does not import it.
 The first `/mcp` request that passes the endpoint's checks makes the `McpHttp` transport,
-which imports `mcp_server.py` (the one module that imports the SDK), and starts it inside the
-app's lifespan; later requests use the running one. A request's `X-Memory-Scope` (checked
-here: a malformed one, or one on a server without `memory.scopes`, is 400) is the default
-scope of its tool calls.
+which imports `mcp_server.py` (with `mcp_tools.py`, the one place that imports the SDK), and
+starts it inside the app's lifespan; later requests use the running one. A request's
+`X-Memory-Scope` (checked here: a malformed one, or one on a server without `memory.scopes`,
+is 400) is the default scope of its tool calls.
 """
 
 from __future__ import annotations
@@ -28,8 +28,11 @@ from kvmem.server.services import Services, scope_header, user_of
 
 def import_mcp_server() -> ModuleType:
     """`mcp_server.py`, and with it the SDK: imported on first use, one late import at a
-    time (its packages are forgotten and imported again if a failed import half-loaded them)."""
-    return import_late("kvmem.server.mcp_server", packages=("mcp", "mcp_types"))
+    time (its packages, and `mcp_tools.py`, which holds the SDK's types, are forgotten and
+    imported again if a failed import half-loaded them)."""
+    return import_late(
+        "kvmem.server.mcp_server", packages=("kvmem.server.mcp_tools", "mcp", "mcp_types")
+    )
 
 
 class McpHttp:
