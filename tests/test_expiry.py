@@ -18,24 +18,11 @@ import pytest
 from kvmem.entries import iso
 from kvmem.memory import retention
 from tests.support.apps import services
+from tests.support.clock import START, Clock
 from tests.support.matchers import ISO_TIME, entry
 from tests.support.plans import sqlite_trace
 
-START = datetime(2030, 3, 4, 10, 0, 0, tzinfo=UTC)  # a Monday
 EXPIRE_BATCH = 20  # kvmem.memory.expirations's: entries marked per transaction
-
-
-class Clock:
-    """A clock the test moves."""
-
-    def __init__(self, now: datetime = START) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
 
 
 @pytest.fixture

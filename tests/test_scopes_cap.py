@@ -6,7 +6,6 @@ have all expired holds none. On SQLite and, with KVMEM_TEST_POSTGRES_URL set, Po
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from kvmem.memory.imports import LayerImport
 from kvmem.memory.rules import MemoryRules
 from kvmem.memory.store import MemoryStore
 from tests.support.apps import AGENT_MODEL, services, set_memory
+from tests.support.clock import Clock
 from tests.support.plans import Statement, captured_statements, table_scans
 from tests.support.upstream import Reply
 
@@ -28,7 +28,6 @@ SERVICE_KEY = "svc-scopes-cap-41c9"
 KEYS_AUTH = {"mode": "keys", "service_keys": [SERVICE_KEY]}
 SCOPES = {"validKeys": ["notes", "decisions"], "maxScopes": 2}
 MEMORY = {"validKeys": ["name", "city"], "scopes": SCOPES}
-START = datetime(2030, 3, 4, 10, 0, 0, tzinfo=UTC)
 
 
 def as_user(user: str) -> dict[str, str]:
@@ -49,19 +48,6 @@ def scopes_full(doing: str, held: int, after: int) -> dict[str, Any]:
             "scopes": held,
         }
     }
-
-
-class Clock:
-    """A clock the test moves (the store's, for expiry)."""
-
-    def __init__(self, now: datetime = START) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
 
 
 @pytest.fixture

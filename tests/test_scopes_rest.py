@@ -7,7 +7,6 @@ PostgreSQL."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from starlette.testclient import TestClient
 
 from kvmem.tokens import TokenCounter
 from tests.support.apps import services
+from tests.support.clock import Clock
 from tests.support.matchers import ISO_TIME, entry
 
 MakeClient = Callable[..., TestClient]
@@ -28,7 +28,6 @@ MEMORY = {
     "charLimit": 500,
     "scopes": {"validKeys": SCOPED_KEYS, "tokenLimit": 20, "charLimit": 150},
 }
-START = datetime(2030, 3, 4, 10, 0, 0, tzinfo=UTC)
 
 
 def as_user(user: str) -> dict[str, str]:
@@ -248,19 +247,6 @@ def test_include_expired_lists_one_scope(client: TestClient) -> None:
 
 
 # --- GET /memory/scopes ----------------------------------------------------------------------
-
-
-class Clock:
-    """A clock the test moves (the store's, for expiry)."""
-
-    def __init__(self, now: datetime = START) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
 
 
 def test_memory_scopes_lists_the_scopes_that_hold_entries(
