@@ -16,7 +16,7 @@ import anyio
 import httpx
 import httpx2
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -27,6 +27,7 @@ from kvmem.memory.proposals import ProposalStore
 from kvmem.memory.store import MemoryStore
 from kvmem.server.credentials import KeyStore
 from tests.support.matchers import ISO_TIME, entry
+from tests.support.mcp_stdio import stdio_session
 from tests.support.processes import WATCH_LITELLM_IMPORTS, ServeProcess
 
 # Real `kvmem mcp` and `kvmem serve` processes.
@@ -210,23 +211,6 @@ def config_file(tmp_path: Path, database_url: str, database: Database) -> Path:
         json.dumps({"database": {"url": database_url}, "memory": MEMORY}), encoding="utf-8"
     )
     return path
-
-
-@asynccontextmanager
-async def stdio_session(config: Path, *args: str) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "kvmem", "mcp", "--config", str(config), *args],
-        env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-        cwd=config.parent,
-    )
-    with (config.parent / "mcp-stderr.log").open("w") as errlog:
-        async with (
-            stdio_client(params, errlog=errlog) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            yield session
 
 
 def test_kvmem_mcp_over_stdio(config_file: Path, make_store: Callable[..., MemoryStore]):

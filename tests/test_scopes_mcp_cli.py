@@ -12,9 +12,7 @@ from __future__ import annotations
 import io
 import json
 import re
-import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ from kvmem.memory.store import MemoryStore
 from kvmem.tokens import TokenCounter
 from tests.support.cli import invoke
 from tests.support.matchers import entry
+from tests.support.mcp_stdio import stdio_session
 from tests.support.processes import Result, run, run_in_terminal
 
 OWN_KEYS = ["city", "drink"]
@@ -330,25 +329,6 @@ def test_the_proposal_tools_act_on_one_scope(mcp: TestClient, store: MemoryStore
 
 
 # --- `kvmem mcp --scope` (stdio, the SDK's client) ----------------------------------------
-
-
-@asynccontextmanager
-async def stdio_session(config: Path, *args: str) -> AsyncIterator[Any]:
-    from mcp import ClientSession, StdioServerParameters, stdio_client
-
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "kvmem", "mcp", "--config", str(config), *args],
-        env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-        cwd=config.parent,
-    )
-    with (config.parent / "mcp-stderr.log").open("w") as errlog:
-        async with (
-            stdio_client(params, errlog=errlog) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            yield session
 
 
 @pytest.mark.slow
