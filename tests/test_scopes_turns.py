@@ -234,7 +234,7 @@ def test_a_scoped_turns_agent_writes_each_key_where_it_belongs(
     )
     events = sse_events(response.text)
     updates = [
-        {"op": "set", "key": "project_goals", "value": "ship 1.0"},
+        {"op": "set", "key": "project_goals", "value": "ship 1.0", "scope": "work"},
         {"op": "set", "key": "food", "value": "pasta"},
     ]
     assert events[-1][1]["memory"] == {
@@ -317,7 +317,7 @@ def test_an_isolated_turn_writes_only_its_scope(upstream, chat_sections, make_cl
         "agent": "done",
         "updates": [
             {"op": "set", "key": "city", "value": "Oslo", "error": refusal},
-            {"op": "set", "key": "project_goals", "value": "ship"},
+            {"op": "set", "key": "project_goals", "value": "ship", "scope": "work"},
         ],
     }
     assert layer(store, "") == {"name": "Ada", "city": "Rome"}
@@ -339,9 +339,10 @@ def test_json_mode_routes_each_operation_by_its_key(
     ]
     upstream.script(AGENT_MODEL, Reply(content=json.dumps({"operations": operations})))
     body = {"messages": [{"role": "user", "content": "Remember..."}], "scope": "work"}
+    # Each update says the scope it went to; the person's own layer's say none.
     assert client.post("/memory/agent", json=body).json() == {
         "agent": "done",
-        "updates": operations,
+        "updates": [{**operations[0], "scope": "work"}, operations[1]],
     }
     assert every_layer(store) == [("", "name", "Ada"), ("work", "project_goals", "ship")]
 
@@ -376,7 +377,7 @@ def test_a_scoped_turns_writes_under_review_are_proposed_in_its_scope(
         headers={"X-Memory-Scope": "work"},
     )
     assert response.json()["updates"] == [
-        {"op": "set", "key": "project_goals", "value": "ship", "pending": True},
+        {"op": "set", "key": "project_goals", "value": "ship", "pending": True, "scope": "work"},
         {"op": "set", "key": "name", "value": "Ada", "pending": True},
     ]
     proposals = services(client).proposals
@@ -396,7 +397,7 @@ def test_inline_markers_of_a_scoped_turn_go_where_their_keys_belong(
     upstream.script(MAIN_MODEL, Reply(content=reply), Reply(content=reply))
     scoped = client.post("/chat", json={"message": "Remember...", "scope": "work"}).json()
     assert scoped["memory"]["updates"] == [
-        {"op": "set", "key": "project_goals", "value": "ship"},
+        {"op": "set", "key": "project_goals", "value": "ship", "scope": "work"},
         {"op": "set", "key": "city", "value": "Oslo"},
     ]
     assert f"Use only these keys: {', '.join(OWN_KEYS + SCOPED_KEYS)}." in (

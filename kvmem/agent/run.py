@@ -49,6 +49,8 @@ class MemoryUpdate:
     # A proposal held for the person's review (`kvmem.memory.proposals`), not a write.
     pending: bool = False
     error: str | None = None
+    # The scope the write went to ("": the person's own layer, shown as before scopes).
+    scope: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """The update as replies and `memory` events show it."""
@@ -59,6 +61,8 @@ class MemoryUpdate:
             body["pending"] = True
         if self.error is not None:
             body["error"] = self.error
+        if self.scope:
+            body["scope"] = self.scope
         return body
 
 

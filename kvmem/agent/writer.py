@@ -210,7 +210,7 @@ class MemoryWriter:
                 expires_at=expires_at,
                 scope=scope,
             )
-            run.record(MemoryUpdate("set", written.entry.key, written.entry.value))
+            run.record(MemoryUpdate("set", written.entry.key, written.entry.value, scope=scope))
         finally:
             guard.release()
         self.metrics.memory_write("agent", "set")
@@ -231,7 +231,7 @@ class MemoryWriter:
                 since=run.started_at,
                 scope=scope,
             )
-            run.record(MemoryUpdate("delete", key))
+            run.record(MemoryUpdate("delete", key, scope=scope))
         finally:
             guard.release()
         self.metrics.memory_write("agent", "delete")
@@ -258,7 +258,9 @@ class MemoryWriter:
                 expires_at=expires_at,
                 scope=scope,
             )
-            run.record(MemoryUpdate(proposal.op, proposal.key, proposal.value, pending=True))
+            run.record(
+                MemoryUpdate(proposal.op, proposal.key, proposal.value, pending=True, scope=scope)
+            )
         finally:
             guard.release()
         return (
