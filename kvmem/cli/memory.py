@@ -30,9 +30,9 @@ from kvmem.cli.command import (
 )
 from kvmem.cli.output import json_option, show
 from kvmem.config_loader import LoadedConfig
-from kvmem.entries import Imported, utcnow
+from kvmem.entries import utcnow
 from kvmem.memory.rules import OWN, MemoryRules
-from kvmem.memory.write_outcomes import imported_json, written_json
+from kvmem.memory.write_outcomes import imported_layers_json, in_layer, written_json
 
 
 @click.group("memory")
@@ -62,12 +62,6 @@ def layer_overview(store: Any, loaded: LoadedConfig, user_id: str, scope: str) -
     from kvmem.memory.overview import memory_overview
 
     return memory_overview(store.layer(user_id, scope), loaded.config, scope=scope)
-
-
-def in_layer(value: dict[str, Any], scope: str) -> dict[str, Any]:
-    """`value` with a top-level `scope` when it answers for one (as the REST bodies); the
-    person's own layer's values are as they were before scopes."""
-    return value if scope == OWN else {**value, "scope": scope}
 
 
 @memory_group.command("scopes")
@@ -237,23 +231,7 @@ def memory_import(user_id: str, scope_name: str | None, file: str, replace: bool
     with operation():
         mode = "replace" if replace else "merge"
         results = store.import_layers(user_id, layers, mode=mode, since=began)
-    show(imported_value(results, rules, scope), views.imported)
-
-
-def imported_value(results: dict[str, Imported], rules: MemoryRules, scope: str) -> dict[str, Any]:
-    """`memory import`'s value, as POST /memory/import answers: the counts and totals of the
-    layer it named, or of the person's own layer and, with memory.scopes, under `"scopes"`
-    those of each scope the document held, by name."""
-    if scope != OWN or rules.scoped is None:
-        return in_layer(imported_json(results[scope], rules.layer(scope).token_limit), scope)
-    return {
-        **imported_json(results[OWN], rules.token_limit),
-        "scopes": [
-            {"scope": layer, **imported_json(results[layer], rules.layer(layer).token_limit)}
-            for layer in sorted(results)
-            if layer != OWN
-        ],
-    }
+    show(imported_layers_json(results, rules, scope), views.imported)
 
 
 @memory_group.command("history")

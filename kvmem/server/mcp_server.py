@@ -37,7 +37,7 @@ from kvmem.errors import BadRequest, KvmemError, NotFound, describe_problems
 from kvmem.memory.expiry import expiry_of
 from kvmem.memory.overview import memory_overview
 from kvmem.memory.rules import OWN, MemoryRules
-from kvmem.memory.write_outcomes import written_json
+from kvmem.memory.write_outcomes import in_layer, written_json
 from kvmem.server.mcp_tools import TOOLS, ProposalArguments, tool_definitions
 from kvmem.server.services import Services
 
@@ -203,7 +203,7 @@ class MemoryMcp:
             ]
             return _data({"scopes": scopes})
         if name == "memory_get":
-            return _data(_in_layer(store.get(user, arguments.key, scope=layer).as_json(), layer))
+            return _data(in_layer(store.get(user, arguments.key, scope=layer).as_json(), layer))
         if name == "memory_set":
             expires_at = expiry_of(arguments.expires_at, arguments.expires_in, store.clock())
             written = store.set(
@@ -219,33 +219,33 @@ class MemoryMcp:
             entry = written.entry
             return _result(
                 f'Memory set for key "{entry.key}" ({entry.token_count} tokens){_in(layer)}',
-                _in_layer(written_json(written, limit), layer),
+                in_layer(written_json(written, limit), layer),
             )
         if name == "memory_delete":
             entry = store.delete(user, arguments.key, "mcp", since=began, scope=layer)
             self.services.metrics.memory_write("mcp", "delete")
             return _result(
                 f'Memory deleted for key "{entry.key}"{_in(layer)}',
-                _in_layer({"deleted": entry.as_json()}, layer),
+                in_layer({"deleted": entry.as_json()}, layer),
             )
         if name == "memory_history":
             page = store.history(
                 user, arguments.key, arguments.limit, arguments.before, scope=layer
             )
-            return _data(_in_layer(page.as_json(), layer))
+            return _data(in_layer(page.as_json(), layer))
         proposals = self.services.proposals
         if name == "memory_proposals":
             pending = proposals.pending(user, scope=layer)
-            return _data(_in_layer({"proposals": [p.as_json() for p in pending]}, layer))
+            return _data(in_layer({"proposals": [p.as_json() for p in pending]}, layer))
         if name == "memory_proposal_accept":
             accepted = proposals.accept(user, arguments.id, scope=layer)
             self.services.metrics.memory_write("agent", "set" if accepted.entry else "delete")
             return _result(
-                f"Proposal {arguments.id} kept", _in_layer(written_json(accepted, limit), layer)
+                f"Proposal {arguments.id} kept", in_layer(written_json(accepted, limit), layer)
             )
         if name == "memory_proposal_reject":
             proposals.reject(user, arguments.id, scope=layer)
-            return _result(f"Proposal {arguments.id} dismissed", _in_layer({"rejected": 1}, layer))
+            return _result(f"Proposal {arguments.id} dismissed", in_layer({"rejected": 1}, layer))
         raise AssertionError(f"tool {name} has no implementation")  # TOOLS and this agree
 
     def _overview(self, user: str, layer: str) -> dict[str, Any]:
@@ -281,12 +281,6 @@ class MemoryMcp:
             uri=BLOCK_URI, text=context.block, mime_type="text/plain"
         )
         return types.ReadResourceResult(contents=[contents])
-
-
-def _in_layer(value: dict[str, Any], layer: str) -> dict[str, Any]:
-    """`value` naming its `scope` when it answers for one (the own layer's answers are as
-    they were before scopes)."""
-    return value if layer == OWN else {**value, "scope": layer}
 
 
 def _in(layer: str) -> str:

@@ -13,21 +13,21 @@ The fixed paths (`/memory/history`, `/memory/export`, `/memory/import`) are regi
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import StrictInt
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kvmem.entries import Imported, utcnow
+from kvmem.entries import utcnow
 from kvmem.errors import BadRequest
 from kvmem.memory.exports import export_document, read_layers
-from kvmem.memory.rules import OWN, MemoryRules
-from kvmem.memory.write_outcomes import imported_json, written_json
+from kvmem.memory.rules import OWN
+from kvmem.memory.write_outcomes import imported_layers_json, in_layer, written_json
 from kvmem.server.bodies import RequestBody, parse_json, read_body, read_model
 from kvmem.server.routes import route
-from kvmem.server.routes.layers import refuse_any_scope, scope_param, scoped
+from kvmem.server.routes.layers import refuse_any_scope, scope_param
 from kvmem.server.routes.paging import MAX_ID, int_param, limit_param
 from kvmem.server.services import require_memory, services_of, user_of
 
@@ -49,7 +49,7 @@ async def list_history(request: Request) -> Response:
     page = await run_in_threadpool(
         lambda: services.store.history(user, key, limit, before, scope=scope)
     )
-    return JSONResponse(scoped(page.as_json(), scope))
+    return JSONResponse(in_layer(page.as_json(), scope))
 
 
 async def clear_history(request: Request) -> Response:
@@ -58,7 +58,7 @@ async def clear_history(request: Request) -> Response:
     require_memory(services)
     scope = scope_param(request, services.store.rules)
     deleted = await run_in_threadpool(lambda: services.store.clear_history(user, scope))
-    return JSONResponse(scoped({"deleted": deleted}, scope))
+    return JSONResponse(in_layer({"deleted": deleted}, scope))
 
 
 async def key_history(request: Request) -> Response:
@@ -72,7 +72,7 @@ async def key_history(request: Request) -> Response:
     page = await run_in_threadpool(
         lambda: services.store.key_history_page(user, key, limit, before, scope=scope)
     )
-    return JSONResponse(scoped(page.as_json(), scope))
+    return JSONResponse(in_layer(page.as_json(), scope))
 
 
 async def revert(request: Request) -> Response:
@@ -87,7 +87,7 @@ async def revert(request: Request) -> Response:
     )
     services.metrics.memory_write("revert", "set" if reverted.entry else "delete")
     limit = services.store.rules.layer(scope).token_limit
-    return JSONResponse(scoped(written_json(reverted, limit), scope))
+    return JSONResponse(in_layer(written_json(reverted, limit), scope))
 
 
 async def export_memory(request: Request) -> Response:
@@ -124,23 +124,7 @@ async def import_memory(request: Request) -> Response:
         services.metrics.memory_write("import", "set", imported.imported)
         if imported.deleted:
             services.metrics.memory_write("import", "delete", imported.deleted)
-    return JSONResponse(_imported_body(results, rules, scope))
-
-
-def _imported_body(results: dict[str, Imported], rules: MemoryRules, scope: str) -> dict[str, Any]:
-    """What an import answers: the counts and totals of the layer it named (`scope`), or of
-    the person's own layer and, on a server that keeps scopes, under `"scopes"` those of each
-    scope the document held, by name."""
-    if scope != OWN or rules.scoped is None:
-        return scoped(imported_json(results[scope], rules.layer(scope).token_limit), scope)
-    return {
-        **imported_json(results[OWN], rules.token_limit),
-        "scopes": [
-            {"scope": layer, **imported_json(results[layer], rules.layer(layer).token_limit)}
-            for layer in sorted(results)
-            if layer != OWN
-        ],
-    }
+    return JSONResponse(imported_layers_json(results, rules, scope))
 
 
 def _mode(raw: str) -> Literal["merge", "replace"]:

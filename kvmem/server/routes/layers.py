@@ -1,16 +1,14 @@
 """The layer of a user's memory a `/memory` route acts on: their own, or with `?scope=NAME`
-(a server with `memory.scopes`) that scope's. One reading of `?scope` for every route, and one
-way a body answering for a scope says so (a top-level `"scope"`); bodies for the person's own
-layer are as they were before scopes."""
+(a server with `memory.scopes`) that scope's: one reading of `?scope` for every route, and the
+refusals of a scope named where a route takes none. A body answering for a scope says so with
+`kvmem.memory.write_outcomes.in_layer`."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from starlette.requests import Request
 
 from kvmem.errors import BadRequest
-from kvmem.memory.rules import OWN, MemoryRules
+from kvmem.memory.rules import MemoryRules
 from kvmem.server.services import scope_header
 
 
@@ -43,9 +41,3 @@ def refuse_any_scope(request: Request, route: str) -> None:
     or `X-Memory-Scope`: it would act on more than the caller named."""
     if request.query_params.getlist("scope") or scope_header(request) is not None:
         raise BadRequest(f"{route} acts on every scope of the person's memory: send no scope")
-
-
-def scoped(body: dict[str, Any], scope: str) -> dict[str, Any]:
-    """`body` as a route answers it for the layer `scope`: with a top-level `"scope"` when
-    that is a scope, unchanged for the person's own layer."""
-    return body if scope == OWN else {**body, "scope": scope}

@@ -24,10 +24,10 @@ from kvmem.errors import BadRequest, PersonalizeDisabled, ReviewNotPerUser
 from kvmem.memory.expiry import expiry_of
 from kvmem.memory.overview import memory_overview
 from kvmem.memory.proposals import review_in_effect
-from kvmem.memory.write_outcomes import written_json
+from kvmem.memory.write_outcomes import in_layer, written_json
 from kvmem.server.bodies import MemoryValue, Preferences, read_model
 from kvmem.server.routes import history, proposals, route
-from kvmem.server.routes.layers import refuse_any_scope, scope_param, scoped
+from kvmem.server.routes.layers import refuse_any_scope, scope_param
 from kvmem.server.services import Services, require_memory, services_of, user_of
 
 
@@ -78,7 +78,7 @@ async def clear_memories(request: Request) -> Response:
     scope = scope_param(request, services.store.rules)
     deleted = await run_in_threadpool(services.store.clear, user, scope)
     services.metrics.memory_write("manual", "clear")
-    return JSONResponse(scoped({"deleted": deleted}, scope))
+    return JSONResponse(in_layer({"deleted": deleted}, scope))
 
 
 async def get_memory(request: Request) -> Response:
@@ -88,7 +88,7 @@ async def get_memory(request: Request) -> Response:
     scope = scope_param(request, services.store.rules)
     key = request.path_params["key"]
     entry = await run_in_threadpool(lambda: services.store.get(user, key, scope=scope))
-    return JSONResponse(scoped(entry.as_json(), scope))
+    return JSONResponse(in_layer(entry.as_json(), scope))
 
 
 async def put_memory(request: Request) -> Response:
@@ -106,7 +106,7 @@ async def put_memory(request: Request) -> Response:
     )
     services.metrics.memory_write("manual", "set")
     return JSONResponse(
-        scoped(written_json(written, rules.token_limit), scope),
+        in_layer(written_json(written, rules.token_limit), scope),
         status_code=201 if written.created else 200,
     )
 

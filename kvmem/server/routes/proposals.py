@@ -13,9 +13,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kvmem.errors import NotFound
-from kvmem.memory.write_outcomes import written_json
+from kvmem.memory.write_outcomes import in_layer, written_json
 from kvmem.server.routes import route
-from kvmem.server.routes.layers import scope_param, scoped
+from kvmem.server.routes.layers import scope_param
 from kvmem.server.services import require_memory, services_of, user_of
 
 MAX_ID_DIGITS = 18  # within a 64-bit integer
@@ -34,7 +34,9 @@ async def list_proposals(request: Request) -> Response:
     require_memory(services)
     scope = scope_param(request, services.store.rules)
     pending = await run_in_threadpool(services.proposals.pending, user, scope)
-    return JSONResponse(scoped({"proposals": [proposal.as_json() for proposal in pending]}, scope))
+    return JSONResponse(
+        in_layer({"proposals": [proposal.as_json() for proposal in pending]}, scope)
+    )
 
 
 async def reject_all(request: Request) -> Response:
@@ -43,7 +45,7 @@ async def reject_all(request: Request) -> Response:
     require_memory(services)
     scope = scope_param(request, services.store.rules)
     rejected = await run_in_threadpool(services.proposals.reject_all, user, scope)
-    return JSONResponse(scoped({"rejected": rejected}, scope))
+    return JSONResponse(in_layer({"rejected": rejected}, scope))
 
 
 async def accept(request: Request) -> Response:
@@ -55,7 +57,7 @@ async def accept(request: Request) -> Response:
     accepted = await run_in_threadpool(services.proposals.accept, user, proposal_id, scope)
     services.metrics.memory_write("agent", "set" if accepted.entry else "delete")
     limit = services.store.rules.layer(scope).token_limit
-    return JSONResponse(scoped(written_json(accepted, limit), scope))
+    return JSONResponse(in_layer(written_json(accepted, limit), scope))
 
 
 async def reject(request: Request) -> Response:
