@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from kvmem.agent.tools import refusal_message
 from kvmem.entries import utcnow
-from kvmem.errors import BadRequest, KvmemError, NotFound, describe_problems
+from kvmem.errors import BadRequest, KeyNotAllowed, KvmemError, NotFound, describe_problems
 from kvmem.memory.expiry import expiry_of
 from kvmem.memory.overview import memory_overview
 from kvmem.memory.rules import OWN, MemoryRules
@@ -122,15 +122,6 @@ class MemoryMcp:
             )
         return self.rules.scope(named if named is not None else session)
 
-    def _layer_of_key(self, key: str, session: str) -> str:
-        """The layer a call on `key` in a session scoped `session` acts on: the scope for a
-        scoped key, the person's own layer for any other (the session's scope when isolated,
-        which then refuses it as a chat turn would)."""
-        scoped = self.rules.scoped
-        if self.rules.is_scoped_key(key) or (scoped is not None and scoped.isolated):
-            return session
-        return OWN
-
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -163,8 +154,11 @@ class MemoryMcp:
         key = getattr(arguments, "key", None)
         if named is None and layer != OWN and isinstance(key, str):
             # A key belongs to one layer: in a scoped session the person's own keys are
-            # theirs, as in a scoped chat (unless the scopes are isolated).
-            layer = self._layer_of_key(key, layer)
+            # theirs, routed as a scoped chat's agent writes are (refused when isolated).
+            try:
+                layer = self.rules.scope_of_write(key, layer)
+            except KeyNotAllowed as exc:
+                return self._refused(params.name, layer, arguments, exc)
         try:
             return await anyio.to_thread.run_sync(
                 self._run_tool, params.name, user, layer, arguments, began
