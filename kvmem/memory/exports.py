@@ -84,31 +84,28 @@ def read_layers(data: Any, rules: MemoryRules, scope: str | None) -> dict[str, L
     that one (an entry naming another is refused). `BadRequest` for a malformed scope, or
     any scope on a server that keeps none (`MemoryRules.scope`)."""
     document = _document(data)
-    items: dict[str, list[tuple[str, str]]] = {}
+    named_here = None if scope is None else rules.scope(scope)
+    # A whole document speaks for the own layer, even empty; a scoped one for its scope.
+    items: dict[str, list[tuple[str, str]]] = {named_here if named_here is not None else OWN: []}
     positions: dict[str, list[int]] = {}
     expires: dict[str, dict[str, datetime]] = {}
     for index, entry in enumerate(document.memories):
         try:
-            named = rules.scope(entry.scope)
+            layer = rules.scope(entry.scope)
         except BadRequest as exc:
             raise BadRequest(f"memories[{index}].scope: {exc.message}") from exc
-        layer = named
-        if scope is not None:
-            layer = rules.scope(scope)
-            if entry.scope is not None and named != layer:
+        if named_here is not None:
+            if entry.scope is not None and layer != named_here:
                 raise BadRequest(
                     f"memories[{index}] belongs to scope {entry.scope!r}, not to {scope!r}, "
                     "the scope this import names"
                 )
+            layer = named_here
         items.setdefault(layer, []).append((entry.key, entry.value))
         positions.setdefault(layer, []).append(index)
         if entry.expires_at is not None:
             at = parse_expires_at(entry.expires_at, f"memories[{index}].expires_at")
             expires.setdefault(layer, {})[entry.key] = at
-    if scope is not None:
-        items.setdefault(rules.scope(scope), [])
-    else:
-        items.setdefault(OWN, [])  # a whole document speaks for the own layer, even empty
     return {
         layer: LayerImport(
             layer_items, expires=expires.get(layer, {}), positions=positions.get(layer, [])
